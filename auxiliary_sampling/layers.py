@@ -1,0 +1,205 @@
+"""Bayesian Keras layers over Gaussian mean-field parameters.
+
+Dense layers use the local reparameterisation trick (Kingma et al. 2015),
+convolutions use Flipout (Wen et al. 2018). Every layer accepts an optional
+member axis: with `num_members=M` its parameters have a leading axis of size
+M, inputs may be [batch, ...] (shared by all members) or [M, batch, ...], and
+outputs are [M, batch, ...]. The layers expose their parameters and their KL
+to the current (conditional) prior; refinement never needs to know the layer
+type.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import tensorflow as tf
+import tf_keras
+
+from auxiliary_sampling.noise import MemberNoise
+from auxiliary_sampling.parameters import GaussianMeanField
+
+
+class MeanFieldLayer(tf_keras.layers.Layer):
+  """Base class: owns Gaussian mean-field parameters and a per-member noise stream."""
+
+  def __init__(self, num_members: Optional[int] = None, prior_scale: float = 1.0,
+               trainable_prior_scale: bool = True, **kwargs):
+    super().__init__(**kwargs)
+    if num_members is not None and (isinstance(num_members, bool) or not isinstance(num_members, int)
+                                    or num_members < 1):
+      raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
+    self.num_members = num_members
+    self.prior_scale = prior_scale
+    self.trainable_prior_scale = trainable_prior_scale
+    self._parameters: list[GaussianMeanField] = []
+
+  def _add_mean_field(self, name: str, shape: Sequence[int], loc_initializer) -> GaussianMeanField:
+    parameter = GaussianMeanField(
+        shape, num_members=self.num_members, prior_scale=self.prior_scale,
+        trainable_prior_scale=self.trainable_prior_scale, loc_initializer=loc_initializer,
+        add_weight=self.add_weight, dtype=self.dtype, name=name)
+    self._parameters.append(parameter)
+    return parameter
+
+  def _add_noise(self) -> MemberNoise:
+    return MemberNoise(self.num_members, add_weight=self.add_weight, name="noise")
+
+  @property
+  def mean_field_parameters(self) -> list[GaussianMeanField]:
+    return list(self._parameters)
+
+  def kl_divergence(self) -> tf.Tensor:
+    """Sum of the parameters' KL(q || p(. | a_1..k)), one value per member."""
+    return tf.add_n([p.kl_divergence() for p in self._parameters])
+
+  def _with_member_axis(self, inputs: tf.Tensor, event_rank: int) -> tf.Tensor:
+    """Broadcasts [batch, ...] inputs to [M, batch, ...] for a member layer."""
+    if self.num_members is None:
+      return inputs
+    if inputs.shape.rank == event_rank + 1:
+      return tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
+    if inputs.shape.rank == event_rank + 2:
+      if inputs.shape[0] is not None and inputs.shape[0] != self.num_members:
+        raise ValueError(f"{self.name}: input member axis has size {inputs.shape[0]}, "
+                         f"the layer has {self.num_members} members")
+      return inputs
+    raise ValueError(f"{self.name}: expected inputs of rank {event_rank + 1} or {event_rank + 2} "
+                     f"(with a member axis), got shape {inputs.shape}")
+
+  def _check_input_rank(self, inputs: tf.Tensor, event_rank: int) -> None:
+    if self.num_members is None and inputs.shape.rank != event_rank + 1:
+      raise ValueError(f"{self.name}: expected inputs of rank {event_rank + 1}, got shape "
+                       f"{inputs.shape} (a member axis needs num_members)")
+
+
+class DenseReparameterization(MeanFieldLayer):
+  """Dense layer with Gaussian weights and the local reparameterisation trick."""
+
+  def __init__(self, units: int, activation=None, num_members: Optional[int] = None,
+               kernel_initializer="he_normal", use_bias: bool = True, **kwargs):
+    super().__init__(num_members=num_members, **kwargs)
+    self.use_bias = use_bias
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+      raise ValueError(f"units={units!r} must be an integer >= 1")
+    self.units = units
+    self.activation = tf_keras.activations.get(activation)
+    self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
+
+  def build(self, input_shape):
+    input_dim = int(input_shape[-1])
+    self.kernel = self._add_mean_field("kernel", [input_dim, self.units], self.kernel_initializer)
+    self.bias = (self._add_mean_field("bias", [self.units], tf_keras.initializers.Zeros())
+                 if self.use_bias else None)
+    self.noise = self._add_noise()
+    super().build(input_shape)
+
+  def call(self, inputs):
+    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    self._check_input_rank(inputs, 1)
+    inputs = self._with_member_axis(inputs, 1)
+    if self.num_members is None:
+      mean = tf.matmul(inputs, self.kernel.posterior_loc)
+      variance = tf.matmul(tf.square(inputs), self.kernel.posterior_variance)
+    else:
+      mean = tf.einsum("mbi,miu->mbu", inputs, self.kernel.posterior_loc)
+      variance = tf.einsum("mbi,miu->mbu", tf.square(inputs), self.kernel.posterior_variance)
+    if self.bias is not None:
+      bias_axis = slice(None) if self.num_members is None else (slice(None), None)
+      mean += self.bias.posterior_loc[bias_axis]
+      variance += self.bias.posterior_variance[bias_axis]
+    event_shape = tf.shape(mean)[0 if self.num_members is None else 1:]
+    outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.dtype)
+    return self.activation(outputs)
+
+
+class Conv2DFlipout(MeanFieldLayer):
+  """2-D convolution with Gaussian kernels and Flipout perturbations (NHWC)."""
+
+  def __init__(self, filters: int, kernel_size, strides=1, padding: str = "SAME", activation=None,
+               num_members: Optional[int] = None, kernel_initializer="he_normal", **kwargs):
+    super().__init__(num_members=num_members, **kwargs)
+    if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
+      raise ValueError(f"filters={filters!r} must be an integer >= 1")
+    if padding.upper() not in ("SAME", "VALID"):
+      raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
+    self.filters = filters
+    self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    self.strides = strides
+    self.padding = padding.upper()
+    self.activation = tf_keras.activations.get(activation)
+    self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
+
+  def build(self, input_shape):
+    channels = int(input_shape[-1])
+    self.kernel = self._add_mean_field(
+        "kernel", list(self.kernel_size) + [channels, self.filters], self.kernel_initializer)
+    self.bias = self._add_mean_field("bias", [self.filters], tf_keras.initializers.Zeros())
+    self.noise = self._add_noise()
+    super().build(input_shape)
+
+  def _convolve(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels as one grouped convolution."""
+    if self.num_members is None:
+      return tf.nn.conv2d(inputs, kernel, self.strides, self.padding)
+    members, channels = self.num_members, inputs.shape[-1]
+    batch_shape = tf.shape(inputs)
+    grouped_inputs = tf.reshape(tf.transpose(inputs, [1, 2, 3, 0, 4]),
+                                tf.concat([batch_shape[1:4], [members * channels]], 0))
+    grouped_kernel = tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]),
+                                list(self.kernel_size) + [channels, members * self.filters])
+    outputs = tf.nn.conv2d(grouped_inputs, grouped_kernel, self.strides, self.padding)
+    out_shape = tf.shape(outputs)
+    outputs = tf.reshape(outputs, tf.concat([out_shape[:3], [members, self.filters]], 0))
+    return tf.transpose(outputs, [3, 0, 1, 2, 4])
+
+  def call(self, inputs):
+    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    self._check_input_rank(inputs, 3)
+    inputs = self._with_member_axis(inputs, 3)
+    member_axis = 0 if self.num_members is None else 1
+    batch = tf.shape(inputs)[member_axis]
+    kernel_noise = self.noise.normal(self.kernel.event_shape, self.dtype)
+    kernel_perturbation = self.kernel.posterior_scale * kernel_noise
+    channels = inputs.shape[-1]
+    sign_input = self.noise.sign(tf.stack([batch, 1, 1, channels]), self.dtype)
+    sign_output = self.noise.sign(tf.stack([batch, 1, 1, self.filters]), self.dtype)
+    outputs = (self._convolve(inputs, self.kernel.posterior_loc)
+               + self._convolve(inputs * sign_input, kernel_perturbation) * sign_output)
+    bias_noise = self.noise.normal(tf.stack([batch, self.filters]), self.dtype)
+    if self.num_members is None:
+      bias = self.bias.posterior_loc + self.bias.posterior_scale * bias_noise
+      outputs += bias[:, None, None, :]
+    else:
+      bias = self.bias.posterior_loc[:, None] + self.bias.posterior_scale[:, None] * bias_noise
+      outputs += bias[:, :, None, None, :]
+    return self.activation(outputs)
+
+
+class GaussianSample(MeanFieldLayer):
+  """A free Gaussian parameter: returns one posterior sample per input row.
+
+  For models whose unknowns are the weights themselves (the toy example,
+  a linear-regression coefficient vector): each row of the batch gets an
+  independent reparameterised draw, so averaging over the batch is a Monte
+  Carlo estimate of an expectation under q.
+  """
+
+  def __init__(self, event_shape: Sequence[int], num_members: Optional[int] = None,
+               loc_initializer="zeros", **kwargs):
+    super().__init__(num_members=num_members, **kwargs)
+    self.sample_shape = tuple(int(d) for d in event_shape)
+    self.loc_initializer = tf_keras.initializers.get(loc_initializer)
+
+  def build(self, input_shape):
+    self.weight = self._add_mean_field("weight", self.sample_shape, self.loc_initializer)
+    self.noise = self._add_noise()
+    super().build(input_shape)
+
+  def call(self, inputs):
+    """`inputs` only carries the batch size: [batch, ...] without a member axis."""
+    batch = tf.shape(inputs)[0]
+    noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.dtype)
+    loc, scale = self.weight.posterior_loc, self.weight.posterior_scale
+    if self.num_members is not None:
+      loc, scale = loc[:, None], scale[:, None]
+    return loc + scale * noise

@@ -1,0 +1,148 @@
+"""Gaussian mean-field parameters with their (conditional) priors.
+
+A `GaussianMeanField` is the unit that VI trains and refinement operates on:
+the posterior q(w) = N(posterior_loc, posterior_scale^2) with a softplus
+scale, and the prior p(w) = N(conditional_prior_loc, sigma_w^2 *
+remaining_prior_fraction). Before refinement the prior is N(0, sigma_w^2)
+with sigma_w trainable by empirical Bayes (one per weight tensor and member);
+each refinement step k turns it into p(w | a_1..k). An optional leading member
+axis holds M independent copies.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+import tf_keras
+
+from auxiliary_sampling import conditionals
+from auxiliary_sampling.noise import AddWeight, _default_add_weight
+
+# The authors' code initialises the untransformed posterior scale at -7.
+INITIAL_UNTRANSFORMED_POSTERIOR_SCALE = -7.0
+
+
+def _constant_initializer(value: float):
+  return lambda shape, dtype=None, **_: tf.fill(shape, tf.cast(value, dtype or tf.float32))
+
+
+class GaussianMeanField(tf.Module):
+  """A weight tensor's mean-field posterior and its prior (paper Section 2.2)."""
+
+  def __init__(self, shape: Sequence[int], num_members: Optional[int] = None,
+               prior_scale: float = 1.0, trainable_prior_scale: bool = True,
+               loc_initializer: Optional[Callable] = None,
+               untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE,
+               add_weight: Optional[AddWeight] = None, dtype=tf.float32, name: str = "weight"):
+    super().__init__(name=name)
+    if num_members is not None and (not isinstance(num_members, int) or num_members < 1):
+      raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
+    if not prior_scale > 0:
+      raise ValueError(f"prior_scale={prior_scale!r} must be > 0")
+    add_weight = add_weight or _default_add_weight
+    self.event_shape = tuple(int(d) for d in shape)
+    self.num_members = num_members
+    member_shape = [] if num_members is None else [num_members]
+    full_shape = member_shape + list(self.event_shape)
+    # One prior scale per tensor (and member): broadcastable against the weights.
+    prior_shape = member_shape + [1] * len(self.event_shape)
+    loc_initializer = loc_initializer or tf_keras.initializers.Zeros()
+    self.posterior_loc = add_weight(
+        name=f"{name}_posterior_loc", shape=full_shape, dtype=dtype,
+        initializer=loc_initializer, trainable=True)
+    self.untransformed_posterior_scale = add_weight(
+        name=f"{name}_untransformed_posterior_scale", shape=full_shape, dtype=dtype,
+        initializer=_constant_initializer(untransformed_scale_init), trainable=True)
+    self.untransformed_prior_scale = add_weight(
+        name=f"{name}_untransformed_prior_scale", shape=prior_shape, dtype=dtype,
+        initializer=_constant_initializer(float(tfp.math.softplus_inverse(np.float64(prior_scale)))),
+        trainable=trainable_prior_scale)
+    self.conditional_prior_loc = add_weight(
+        name=f"{name}_conditional_prior_loc", shape=full_shape, dtype=dtype,
+        initializer=_constant_initializer(0.0), trainable=False)
+    self.remaining_prior_fraction = add_weight(
+        name=f"{name}_remaining_prior_fraction", shape=prior_shape, dtype=dtype,
+        initializer=_constant_initializer(1.0), trainable=False)
+
+  # Every derived quantity is recomputed from the variables on each access, so
+  # gradients reach the untransformed scales (no distribution frozen at build).
+  @property
+  def posterior_scale(self) -> tf.Tensor:
+    return tf.nn.softplus(self.untransformed_posterior_scale)
+
+  @property
+  def posterior_variance(self) -> tf.Tensor:
+    return tf.square(self.posterior_scale)
+
+  @property
+  def prior_scale(self) -> tf.Tensor:
+    """sigma_w, the scale of the unconditioned prior N(0, sigma_w^2)."""
+    return tf.nn.softplus(self.untransformed_prior_scale)
+
+  @property
+  def prior_variance(self) -> tf.Tensor:
+    """Variance of the current (conditional) prior p(w | a_1..k)."""
+    return tf.square(self.prior_scale) * self.remaining_prior_fraction
+
+  @property
+  def posterior_variables(self) -> list[tf.Variable]:
+    """The variables refinement optimises (the prior scale stays frozen)."""
+    return [self.posterior_loc, self.untransformed_posterior_scale]
+
+  @property
+  def state_variables(self) -> list[tf.Variable]:
+    """Everything that defines q and p, in a fixed order (for copying)."""
+    return [self.posterior_loc, self.untransformed_posterior_scale, self.untransformed_prior_scale,
+            self.conditional_prior_loc, self.remaining_prior_fraction]
+
+  def _reduce_event(self, values: tf.Tensor) -> tf.Tensor:
+    """Sums over the weight axes, keeping the member axis if there is one."""
+    axes = list(range(0 if self.num_members is None else 1, len(values.shape)))
+    return tf.reduce_sum(values, axis=axes)
+
+  def kl_divergence(self) -> tf.Tensor:
+    """KL(q(w) || p(w | a_1..k)), one value per member."""
+    prior_variance = tf.broadcast_to(self.prior_variance, self.posterior_loc.shape)
+    return self._reduce_event(conditionals.normal_kl(
+        self.posterior_loc, self.posterior_variance, self.conditional_prior_loc, prior_variance))
+
+  def sample(self, noise: tf.Tensor) -> tf.Tensor:
+    """A reparameterised sample loc + scale * noise."""
+    return self.posterior_loc + self.posterior_scale * noise
+
+  def condition_on_auxiliary(self, variance_fraction: float, noise: tf.Tensor) -> tf.Tensor:
+    """One refinement step's sampling half (paper Algorithm 1, Appendix A).
+
+    Draws a_k ~ q_{k-1}(a_k) with prior variance `variance_fraction` *
+    sigma_w^2, sets q_k(w) to q_{k-1}(w | a_k) and the prior to p(w | a_1..k),
+    and returns log q_{k-1}(a_k) - log p(a_k), summed per member: the term
+    ELBO_aux subtracts for a_k.
+    """
+    sigma_w_squared = tf.square(self.prior_scale)
+    tf.debugging.assert_less(
+        tf.cast(variance_fraction, self.remaining_prior_fraction.dtype), self.remaining_prior_fraction,
+        message=f"auxiliary variance fraction {variance_fraction} must stay below the remaining prior variance")
+    aux_variance = tf.broadcast_to(sigma_w_squared * variance_fraction, self.posterior_loc.shape)
+    prior_variance = tf.broadcast_to(self.prior_variance, self.posterior_loc.shape)
+    aux_loc = tf.zeros_like(self.posterior_loc)
+    posterior_loc, posterior_variance = self.posterior_loc, self.posterior_variance
+    prior_loc = self.conditional_prior_loc
+    marginal_loc, marginal_variance = conditionals.auxiliary_marginal(
+        posterior_loc, posterior_variance, prior_loc, prior_variance, aux_loc, aux_variance)
+    aux_value = marginal_loc + tf.sqrt(marginal_variance) * noise
+    log_ratio = self._reduce_event(
+        conditionals.normal_log_prob(aux_value, marginal_loc, marginal_variance)
+        - conditionals.normal_log_prob(aux_value, aux_loc, aux_variance))
+    new_loc, new_variance = conditionals.posterior_given_auxiliary(
+        aux_value, posterior_loc, posterior_variance, prior_loc, prior_variance, aux_loc, aux_variance)
+    new_prior_loc, _ = conditionals.prior_given_auxiliary(
+        aux_value, prior_loc, prior_variance, aux_loc, aux_variance)
+    self.posterior_loc.assign(new_loc)
+    self.untransformed_posterior_scale.assign(tfp.math.softplus_inverse(tf.sqrt(new_variance)))
+    self.conditional_prior_loc.assign(new_prior_loc)
+    self.remaining_prior_fraction.assign_sub(
+        tf.cast(variance_fraction, self.remaining_prior_fraction.dtype)
+        * tf.ones_like(self.remaining_prior_fraction))
+    return log_ratio
