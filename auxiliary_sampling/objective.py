@@ -55,6 +55,17 @@ def num_members_of(model: tf.Module) -> Optional[int]:
   return sizes.pop()
 
 
+def check_data(inputs, labels) -> tuple[tf.Tensor, tf.Tensor]:
+  """Converts training data to tensors and checks that inputs and labels pair up."""
+  inputs, labels = tf.convert_to_tensor(inputs), tf.convert_to_tensor(labels)
+  if inputs.shape.rank == 0 or labels.shape.rank == 0 or inputs.shape[0] != labels.shape[0]:
+    raise ValueError(f"inputs have {inputs.shape[0] if inputs.shape.rank else 'no'} examples but labels "
+                     f"have {labels.shape[0] if labels.shape.rank else 'no'}")
+  if inputs.shape[0] == 0:
+    raise ValueError("the training data is empty")
+  return inputs, labels
+
+
 class Adam(tf.Module):
   """Adam (Kingma & Ba 2015) with resettable state, usable inside compiled loops.
 
@@ -102,10 +113,7 @@ class ElboMaximizer(tf.Module):
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
       raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
     self.model = model
-    self.inputs = tf.convert_to_tensor(inputs)
-    self.labels = tf.convert_to_tensor(labels)
-    if self.inputs.shape[0] != self.labels.shape[0]:
-      raise ValueError(f"inputs have {self.inputs.shape[0]} examples but labels have {self.labels.shape[0]}")
+    self.inputs, self.labels = check_data(inputs, labels)
     self.num_examples = int(self.inputs.shape[0])
     self.log_likelihood_fn = log_likelihood_fn
     self.variables_to_train = list(variables)
@@ -168,7 +176,7 @@ def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikeli
   """
   if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
     raise ValueError(f"num_samples={num_samples!r} must be an integer >= 1")
-  inputs, labels = tf.convert_to_tensor(inputs), tf.convert_to_tensor(labels)
+  inputs, labels = check_data(inputs, labels)
   summed = _summed_log_likelihood(model, inputs, labels, log_likelihood_fn, batch_size, num_samples)
   expected_log_likelihood = summed.numpy() / num_samples
   return expected_log_likelihood - model_kl(model).numpy().astype(np.float64)

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, _layers, estimate_elbo,
+from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, _layers, check_data, estimate_elbo,
                                           mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.schedule import AuxiliarySchedule
@@ -153,7 +153,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   elif len(learning_rates) != schedule.num_auxiliary:
     raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
                      "auxiliary variables")
-  inputs, labels = tf.convert_to_tensor(inputs), tf.convert_to_tensor(labels)
+  inputs, labels = check_data(inputs, labels)
   started = time.perf_counter()
 
   trained_members = num_members_of(trained_model)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn
+from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
 
 
 @dataclasses.dataclass
@@ -30,7 +30,7 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
     raise ValueError(f"num_steps={num_steps!r} must be an integer >= 1")
   if not learning_rate > 0:
     raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
-  inputs = tf.convert_to_tensor(inputs)
+  inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
   maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
                             batch_size=batch_size, data_seed=seed)

@@ -1,0 +1,144 @@
+"""Bayesian layers: stochastic outputs with the right moments, exact KL, trainable scales, members."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+import tf_keras
+
+from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, GaussianSample
+from auxiliary_sampling.objective import ElboMaximizer, mean_field_parameters, model_kl
+
+tfd = tfp.distributions
+
+
+def _randomise(layer, seed=0):
+  rng = np.random.default_rng(seed)
+  for p in layer.mean_field_parameters:
+    p.posterior_loc.assign(rng.normal(size=p.posterior_loc.shape).astype(np.float32))
+    p.untransformed_posterior_scale.assign(rng.uniform(-2, 0, size=p.posterior_loc.shape).astype(np.float32))
+    p.untransformed_prior_scale.assign(rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
+
+
+def test_dense_outputs_are_stochastic_with_local_reparameterisation_moments():
+  layer = DenseReparameterization(3)
+  x = tf.constant(np.random.default_rng(0).normal(size=[4, 5]), tf.float32)
+  layer(x)
+  _randomise(layer)
+  draws = np.stack([layer(x).numpy() for _ in range(4000)])
+  assert not np.allclose(draws[0], draws[1])
+  k, b = layer.kernel, layer.bias
+  mean = x.numpy() @ k.posterior_loc.numpy() + b.posterior_loc.numpy()
+  var = (x.numpy() ** 2) @ k.posterior_variance.numpy() + b.posterior_variance.numpy()
+  assert draws.mean(0) == pytest.approx(mean, abs=4 * np.sqrt(var.max() / 4000))
+  assert draws.var(0) == pytest.approx(var, rel=0.1)
+
+
+def test_conv_flipout_moments_match_independent_weight_samples():
+  layer = Conv2DFlipout(2, 3, padding="SAME")
+  x = tf.constant(np.random.default_rng(1).normal(size=[2, 5, 5, 3]), tf.float32)
+  layer(x)
+  _randomise(layer, 1)
+  draws = np.stack([layer(x).numpy() for _ in range(3000)])
+  k, b = layer.kernel, layer.bias
+  mean = tf.nn.conv2d(x, k.posterior_loc, 1, "SAME").numpy() + b.posterior_loc.numpy()
+  var = tf.nn.conv2d(x**2, k.posterior_variance, 1, "SAME").numpy() + b.posterior_variance.numpy()
+  assert np.abs(draws.mean(0) - mean).max() < 5 * np.sqrt(var.max() / 3000)
+  assert np.median(np.abs(draws.var(0) / var - 1)) < 0.05
+
+
+@pytest.mark.parametrize("make,x_shape", [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
+                                          (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
+def test_kl_equals_direct_computation(make, x_shape):
+  layer = make(None)
+  layer(tf.zeros(x_shape))
+  _randomise(layer, 2)
+  expected = 0.0
+  for p in layer.mean_field_parameters:
+    q = tfd.Normal(p.posterior_loc, tf.nn.softplus(p.untransformed_posterior_scale))
+    prior = tfd.Normal(0.0, tf.nn.softplus(p.untransformed_prior_scale))
+    expected += float(tf.reduce_sum(tfd.kl_divergence(q, prior)))
+  assert float(layer.kl_divergence()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_members_are_independent_computations():
+  """Member m of a member layer computes what a plain layer with member m's parameters computes."""
+  members = 3
+  x = tf.constant(np.random.default_rng(3).normal(size=[2, 7, 7, 2]), tf.float32)
+  stacked = Conv2DFlipout(4, 3, num_members=members)
+  stacked(x)
+  _randomise(stacked, 3)
+  for p in stacked.mean_field_parameters:  # deterministic: compare means exactly
+    p.untransformed_posterior_scale.assign(tf.fill(p.posterior_loc.shape, -30.0))
+  out = stacked(x).numpy()
+  single = Conv2DFlipout(4, 3)
+  single(x)
+  for m in range(members):
+    for source, target in zip(stacked.mean_field_parameters, single.mean_field_parameters):
+      target.posterior_loc.assign(source.posterior_loc[m])
+      target.untransformed_posterior_scale.assign(source.untransformed_posterior_scale[m])
+    assert out[m] == pytest.approx(single(x).numpy(), abs=1e-4)
+  # Member inputs [M, batch, ...] are accepted, and gradients do not cross members.
+  member_inputs = tf.stack([x, 2 * x, 3 * x])
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(stacked(member_inputs)[0]) + tf.reduce_sum(stacked.kl_divergence()[0])
+  gradient = tape.gradient(loss, stacked.kernel.posterior_loc).numpy()
+  assert np.abs(gradient[0]).sum() > 0 and np.all(gradient[1:] == 0)
+
+
+def test_dense_member_noise_rows_are_independent():
+  layer = DenseReparameterization(2, num_members=2)
+  x = tf.ones([1000, 3])
+  layer(x)
+  _randomise(layer, 4)
+  for p in layer.mean_field_parameters:  # identical members: outputs differ only by noise
+    p.posterior_loc.assign(tf.broadcast_to(p.posterior_loc[:1], p.posterior_loc.shape))
+    p.untransformed_posterior_scale.assign(
+        tf.broadcast_to(p.untransformed_posterior_scale[:1], p.posterior_loc.shape))
+  out = layer(x).numpy()
+  assert abs(np.corrcoef(out[0, :, 0], out[1, :, 0])[0, 1]) < 0.1
+
+
+def test_bad_inputs_give_clear_errors():
+  with pytest.raises(ValueError, match="num_members=0"):
+    DenseReparameterization(2, num_members=0)
+  with pytest.raises(ValueError, match="units=0"):
+    DenseReparameterization(0)
+  with pytest.raises(ValueError, match="padding='FULL'"):
+    Conv2DFlipout(2, 3, padding="FULL")
+  layer = DenseReparameterization(2, num_members=3)
+  layer(tf.zeros([4, 5]))
+  with pytest.raises(ValueError, match="member axis has size 2"):
+    layer(tf.zeros([2, 4, 5]))
+
+
+def test_every_variational_parameter_trains_and_the_kl_falls():
+  """Guards against the TF2 trap of a scale frozen at build time."""
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=[64, 3]).astype(np.float32)
+  y = rng.normal(size=[64]).astype(np.float32)
+  model = tf_keras.Sequential([DenseReparameterization(8, activation="relu"), DenseReparameterization(1)])
+  model(x)
+  for p in mean_field_parameters(model):  # start far from the prior so the KL must fall
+    p.posterior_loc.assign(p.posterior_loc * 5.0)
+  log_lik = lambda labels, outputs: -0.5 * tf.square(labels - outputs[..., 0])
+  maximizer = ElboMaximizer(model, x, y, log_lik, model.trainable_variables, batch_size=64)
+  with tf.GradientTape() as tape:
+    loss = -tf.reduce_sum(maximizer.elbo_on_batch(x, y))
+  gradients = tape.gradient(loss, model.trainable_variables)
+  assert len(model.trainable_variables) == 3 * 4  # loc, scale, prior scale for 2 kernels + 2 biases
+  for variable, gradient in zip(model.trainable_variables, gradients):
+    assert gradient is not None and float(tf.reduce_max(tf.abs(gradient))) > 0, variable.name
+  scales_before = [p.posterior_scale.numpy() for p in mean_field_parameters(model)]
+  kl_before = float(model_kl(model))
+  maximizer.maximize(300, 1e-2)
+  assert float(model_kl(model)) < 0.5 * kl_before
+  for before, p in zip(scales_before, mean_field_parameters(model)):
+    assert not np.allclose(before, p.posterior_scale.numpy())
+
+
+def test_gaussian_sample_draws_one_weight_per_row():
+  layer = GaussianSample([2], num_members=3)
+  samples = layer(tf.zeros([5000, 1])).numpy()
+  assert samples.shape == (3, 5000, 2)
+  scale = float(tf.nn.softplus(-7.0))
+  assert samples.std(axis=1) == pytest.approx(np.full([3, 2], scale), rel=0.05)

@@ -1,0 +1,180 @@
+"""refine(): the ELBO ordering on Bayesian linear regression, vectorisation, bad input."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from scipy.stats import multivariate_normal
+
+from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.objective import estimate_elbo
+from auxiliary_sampling.refine import refine
+from auxiliary_sampling.schedule import AuxiliarySchedule
+from baselines.vi import train_mean_field
+
+NOISE = 1.0
+
+
+def _linear_regression_data():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=[20, 2])
+  x[:, 1] = 0.9 * x[:, 0] + 0.3 * x[:, 1]  # correlated inputs -> correlated posterior
+  y = x @ np.array([1.0, -0.5]) + NOISE * rng.normal(size=20)
+  return x.astype(np.float32), y.astype(np.float32)[:, None]
+
+
+def _linear_model(num_members=None):
+  return tf_keras.Sequential([DenseReparameterization(1, use_bias=False, num_members=num_members,
+                                                      trainable_prior_scale=False)])
+
+
+def _gaussian_log_likelihood(labels, outputs):
+  return -0.5 * np.log(2 * np.pi * NOISE**2) - 0.5 * tf.square(labels[..., 0] - outputs[..., 0]) / NOISE**2
+
+
+@pytest.fixture(scope="module")
+def linear_regression():
+  tf.random.set_seed(0)
+  np.random.seed(0)
+  x, y = _linear_regression_data()
+  precision = x.T.astype(np.float64) @ x / NOISE**2 + np.eye(2)
+  covariance = np.linalg.inv(precision)
+  mean = covariance @ x.T @ y[:, 0] / NOISE**2
+  log_evidence = multivariate_normal(np.zeros(20), NOISE**2 * np.eye(20) + x @ x.T).logpdf(y[:, 0])
+  model = _linear_model()
+  train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=3000, learning_rate=1e-2, batch_size=20)
+  return dict(x=x, y=y, mean=mean, covariance=covariance, log_evidence=log_evidence, model=model)
+
+
+def _refined_weights(result, draws_per_member=1):
+  kernel = result.model.layers[0].kernel
+  loc, scale = kernel.posterior_loc.numpy()[..., 0], kernel.posterior_scale.numpy()[..., 0]
+  rng = np.random.default_rng(1)
+  return np.concatenate([loc + scale * rng.normal(size=loc.shape) for _ in range(draws_per_member)])
+
+
+def test_vi_reaches_the_mean_field_optimum(linear_regression):
+  lr = linear_regression
+  kernel = lr["model"].layers[0].kernel
+  # Optimal mean-field Gaussian for a Gaussian posterior: exact mean, variances 1 / precision_ii.
+  assert kernel.posterior_loc.numpy()[:, 0] == pytest.approx(lr["mean"], abs=0.05)
+  optimal_variance = 1.0 / np.diag(np.linalg.inv(lr["covariance"]))
+  assert kernel.posterior_variance.numpy()[:, 0] == pytest.approx(optimal_variance, rel=0.25)
+
+
+def test_refinement_improves_the_elbo_and_captures_the_covariance(linear_regression):
+  lr = linear_regression
+  elbo_vi = float(estimate_elbo(lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood, num_samples=400))
+  results = {}
+  for k in (1, 6):
+    results[k] = refine(_linear_model, lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood,
+                        num_samples=400, schedule=AuxiliarySchedule.geometric(0.5, k),
+                        steps_per_auxiliary=300, learning_rates=[1e-2] * k, batch_size=20,
+                        seed=k, elbo_num_samples=20)
+  for k, result in results.items():
+    stderr = result.elbo_aux.std() / np.sqrt(len(result.elbo_aux))
+    # ELBO_init <= ELBO_aux <= log p(y | x)  (Proposition 1 and the evidence bound).
+    assert result.elbo_aux_estimate > elbo_vi + 3 * stderr, k
+    assert result.elbo_aux_estimate < lr["log_evidence"] + 3 * stderr, k
+  assert results[6].elbo_aux_estimate > results[1].elbo_aux_estimate
+  exact_correlation = lr["covariance"][0, 1] / np.sqrt(np.prod(np.diag(lr["covariance"])))
+  correlations = {k: np.corrcoef(_refined_weights(r).T)[0, 1] for k, r in results.items()}
+  # Mean-field has zero correlation; refinement makes the posterior's strong
+  # negative correlation appear, more so with more auxiliary variables.
+  assert exact_correlation < -0.9
+  assert correlations[1] < -0.2
+  assert correlations[6] < correlations[1] - 0.15
+  assert abs(correlations[6] - exact_correlation) < 0.2
+  # The covariance approaches the exact one as K grows (it is not reached: the
+  # paper leaves convergence as K -> infinity open).
+  kernel = lr["model"].layers[0].kernel
+  distance = {"mean_field": np.linalg.norm(np.diag(kernel.posterior_variance.numpy()[:, 0]) - lr["covariance"])}
+  for k, result in results.items():
+    samples = _refined_weights(result, draws_per_member=5)
+    assert samples.mean(0) == pytest.approx(lr["mean"], abs=0.1)
+    distance[k] = np.linalg.norm(np.cov(samples.T) - lr["covariance"])
+  assert distance["mean_field"] > distance[1] + 0.05 > distance[6] + 0.1
+
+
+def test_without_optimisation_elbo_aux_equals_the_initial_elbo(linear_regression):
+  """Section 3.2: conditioning alone leaves the ELBO unchanged in expectation."""
+  lr = linear_regression
+  result = refine(_linear_model, lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood, num_samples=4000,
+                  schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=0, batch_size=20,
+                  elbo_num_samples=4)
+  stderr = result.elbo_aux.std() / np.sqrt(len(result.elbo_aux))
+  assert result.elbo_aux_estimate == pytest.approx(result.initial_elbo_estimate, abs=4 * stderr + 0.02)
+  assert result.trace.shape == (0, 4000)
+
+
+def _mlp(num_members=None):
+  return tf_keras.Sequential([DenseReparameterization(8, activation="relu", num_members=num_members),
+                              DenseReparameterization(1, num_members=num_members)])
+
+
+def _toy_regression(n=64):
+  rng = np.random.default_rng(7)
+  x = rng.normal(size=[n, 3]).astype(np.float32)
+  return x, (np.sin(x[:, :1]) + 0.1 * rng.normal(size=[n, 1])).astype(np.float32)
+
+
+def test_vectorised_refinement_equals_one_member_at_a_time():
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, batch_size=32, seed=3)
+  together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
+  for m in range(3):
+    alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1, member_offset=m,
+                   total_members=3, **settings)
+    assert alone.elbo_aux[0] == pytest.approx(together.elbo_aux[m], rel=1e-4)
+    assert alone.log_ratios[:, 0] == pytest.approx(together.log_ratios[:, m], rel=1e-4)
+    assert alone.trace[:, 0] == pytest.approx(together.trace[:, m], rel=1e-4)
+    for a, b in zip(alone.model.trainable_variables, together.model.trainable_variables):
+      assert a.numpy()[0] == pytest.approx(b.numpy()[m], rel=1e-4, abs=1e-6)
+  # Different members really are different samples.
+  assert not np.allclose(together.model.layers[0].kernel.posterior_loc[0],
+                         together.model.layers[0].kernel.posterior_loc[1])
+
+
+def test_trace_rises_like_a_staircase_on_average():
+  x, y = _toy_regression(256)
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64, learning_rate=1e-2)
+  result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=8,
+                  schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
+                  learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64)
+  assert result.trace.shape == (600, 8)
+  assert np.all(np.isfinite(result.trace))
+  assert result.elbo_aux_estimate > result.initial_elbo_estimate
+  assert result.timings["refine_seconds"] > 0
+
+
+def test_mismatched_architecture_is_a_clear_error():
+  x, y = _toy_regression()
+  trained = _mlp()
+  trained(x)
+  wider = lambda m=None: tf_keras.Sequential([DenseReparameterization(9, activation="relu", num_members=m),
+                                              DenseReparameterization(1, num_members=m)])
+  with pytest.raises(ValueError, match=r"shape mismatch .*\[3, 8\] in the trained model, \[3, 9\]"):
+    refine(wider, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1)
+  deeper = lambda m=None: tf_keras.Sequential([DenseReparameterization(8, num_members=m),
+                                               DenseReparameterization(8, num_members=m),
+                                               DenseReparameterization(1, num_members=m)])
+  with pytest.raises(ValueError, match="has 4 mean-field parameters, the model to refine has 6"):
+    refine(deeper, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1)
+  with pytest.raises(ValueError, match="inputs have 64 examples but labels have 10"):
+    refine(_mlp, trained, x, y[:10], _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(num_samples=0), "num_samples=0"), (dict(steps_per_auxiliary=-1), "steps_per_auxiliary=-1"),
+    (dict(learning_rate_rule="adam"), "unknown learning-rate rule 'adam'"),
+    (dict(learning_rates=[1e-3]), "got 1 learning rates for K=5"),
+    (dict(num_samples=2, member_offset=1), r"members \[1, 3\) do not fit in total_members=2"),
+    (dict(batch_size=0), "batch_size=0")])
+def test_bad_arguments_are_rejected(kwargs, match):
+  x, y = _toy_regression()
+  trained = _mlp()
+  trained(x)
+  with pytest.raises(ValueError, match=match):
+    refine(_mlp, trained, x, y, _gaussian_log_likelihood, **{"steps_per_auxiliary": 1, **kwargs})

@@ -1,0 +1,50 @@
+import math
+
+import pytest
+
+from auxiliary_sampling.schedule import AuxiliarySchedule
+
+
+def test_geometric_matches_paper_series():
+  # Workshop paper: 0.7, 0.21, 0.063, 0.0189 of sigma_w^2 for ratio 0.7.
+  schedule = AuxiliarySchedule.geometric(0.7, 5)
+  assert schedule.variance_fractions[:4] == pytest.approx([0.7, 0.21, 0.063, 0.0189])
+  assert schedule.remaining_fraction(5) == pytest.approx(0.3**5)
+  for k in range(1, 6):  # sigma_ak^2 = ratio * (sigma_w^2 - sum_{l<k} sigma_al^2)
+    assert schedule.variance_fractions[k - 1] == pytest.approx(0.7 * schedule.remaining_fraction(k - 1))
+
+
+def test_paper_learning_rate_rule():
+  rates = AuxiliarySchedule.geometric(0.7, 5).learning_rates("paper")
+  assert rates == pytest.approx([1e-3 * 0.3 ** (k / 2) for k in range(1, 6)])
+  resnet = AuxiliarySchedule.geometric(0.5, 10).learning_rates("authors_code")
+  assert resnet == pytest.approx([1e-5 * math.sqrt(0.5) ** k for k in range(1, 11)])
+
+
+def test_explicit_schedule():
+  schedule = AuxiliarySchedule.explicit([0.8])
+  assert schedule.num_auxiliary == 1 and schedule.remaining_fraction(1) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, -0.1, 1.5, float("nan")])
+def test_ratio_outside_unit_interval_is_rejected(ratio):
+  with pytest.raises(ValueError, match="ratio"):
+    AuxiliarySchedule.geometric(ratio, 5)
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.5, True])
+def test_bad_number_of_auxiliary_variables_is_rejected(count):
+  with pytest.raises(ValueError, match="K="):
+    AuxiliarySchedule.geometric(0.7, count)
+
+
+@pytest.mark.parametrize("fractions,match", [([], "K >= 1"), ([0.6, 0.5], "sum below 1"),
+                                             ([1.0], "sum below 1"), ([0.2, -0.1], "> 0")])
+def test_invalid_explicit_schedules_are_rejected(fractions, match):
+  with pytest.raises(ValueError, match=match):
+    AuxiliarySchedule.explicit(fractions)
+
+
+def test_unknown_learning_rate_rule_names_the_allowed_ones():
+  with pytest.raises(ValueError, match="'fast'.*paper, authors_code"):
+    AuxiliarySchedule.geometric(0.7, 5).learning_rates("fast")
