@@ -16,15 +16,17 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.noise import MemberNoise
-from auxiliary_sampling.parameters import GaussianMeanField
+from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
 
 
 class MeanFieldLayer(tf_keras.layers.Layer):
   """Base class: owns Gaussian mean-field parameters and a per-member noise stream."""
 
   def __init__(self, num_members: Optional[int] = None, prior_scale: float = 1.0,
-               trainable_prior_scale: bool = True, **kwargs):
+               trainable_prior_scale: bool = True,
+               untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, **kwargs):
     super().__init__(**kwargs)
+    self.untransformed_scale_init = untransformed_scale_init
     if num_members is not None and (isinstance(num_members, bool) or not isinstance(num_members, int)
                                     or num_members < 1):
       raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
@@ -37,7 +39,7 @@ class MeanFieldLayer(tf_keras.layers.Layer):
     parameter = GaussianMeanField(
         shape, num_members=self.num_members, prior_scale=self.prior_scale,
         trainable_prior_scale=self.trainable_prior_scale, loc_initializer=loc_initializer,
-        add_weight=self.add_weight, dtype=self.dtype, name=name)
+        untransformed_scale_init=self.untransformed_scale_init, add_weight=self.add_weight, dtype=self.dtype, name=name)
     self._parameters.append(parameter)
     return parameter
 

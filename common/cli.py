@@ -1,0 +1,58 @@
+"""Running an absl binary with the project's error conventions.
+
+Bad input (unknown flag, out-of-range value, unknown name) prints one line on
+stderr naming the value and what is allowed and exits with status 2; a
+runtime failure (missing file, non-finite loss) prints one line and exits
+with status 1. No results file is written in either case.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Mapping
+
+from absl import app, flags
+
+
+class UsageError(ValueError):
+  """A flag value that is not allowed."""
+
+
+def flag_values(names) -> dict[str, Any]:
+  """The values of the named flags (the binary's own), for results files."""
+  return {name: flags.FLAGS[name].value for name in names}
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(main: Callable[[list[str]], Any]) -> None:
+  """app.run(main) with one-line errors and exit status 2 (usage) or 1 (runtime)."""
+  def wrapped(argv):
+    if len(argv) > 1:
+      print(f"error: unexpected positional arguments {argv[1:]}; use --flag=value", file=sys.stderr)
+      sys.exit(2)
+    try:
+      main(argv)
+    except ValueError as error:
+      print(f"error: {error}", file=sys.stderr)
+      sys.exit(2)
+    except (OSError, FloatingPointError, RuntimeError) as error:
+      print(f"error: {error}", file=sys.stderr)
+      sys.exit(1)
+  app.run(wrapped, flags_parser=_parse_flags)
+
+
+def require(condition: bool, message: str) -> None:
+  """Raises UsageError(message) unless `condition`."""
+  if not condition:
+    raise UsageError(message)
+
+
+def check_choices(name: str, value: str, allowed: Mapping[str, Any] | tuple | list) -> None:
+  if value not in allowed:
+    raise UsageError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")

@@ -1,0 +1,108 @@
+"""One results.json per run, written atomically (DESIGN.md conventions).
+
+{"benchmark", "dataset", "method", "seed", "flags", "metrics", "timings",
+ "versions", "git_commit", "machine"}. A file exists only for a run that
+succeeded: it is written to a temporary file in the same directory and
+renamed, and non-finite metrics are refused.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from typing import Any, Mapping, Optional
+
+RESULTS_FILENAME = "results.json"
+_PACKAGES = ("tensorflow", "tf-keras", "tensorflow-probability", "edward2", "numpy", "scipy", "pandas",
+             "matplotlib", "absl-py")
+
+
+def library_versions() -> dict[str, str]:
+  versions = {"python": platform.python_version()}
+  for package in _PACKAGES:
+    try:
+      versions[package] = metadata.version(package)
+    except metadata.PackageNotFoundError:
+      versions[package] = "not installed"
+  return versions
+
+
+def git_commit(repository: Optional[str] = None) -> Optional[str]:
+  """HEAD of the repository holding this code, with '-dirty' if tracked files changed."""
+  repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repository,
+                           capture_output=True, text=True, check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  return commit + ("-dirty" if dirty else "")
+
+
+def machine_description() -> dict[str, Any]:
+  return {"platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count()}
+
+
+def _check_finite(section: str, values: Mapping[str, Any]) -> None:
+  def walk(key, value):
+    if isinstance(value, Mapping):
+      for inner_key, inner in value.items():
+        walk(f"{key}.{inner_key}", inner)
+    elif isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f"{section}.{key} is {value}: refusing to write a results file with a non-finite value")
+  for key, value in values.items():
+    walk(key, value)
+
+
+def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
+  """Writes JSON to `path` through a temporary file and a rename: never half-written."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+  try:
+    with os.fdopen(handle, "w") as stream:
+      json.dump(payload, stream, indent=2, sort_keys=False)
+      stream.write("\n")
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
+
+
+def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapping[str, Any],
+                  timings: Mapping[str, float], flags: Mapping[str, Any], dataset: Optional[str] = None,
+                  seed: Optional[int] = None, command: Optional[str] = None) -> str:
+  """Writes output_dir/results.json and returns its path."""
+  _check_finite("metrics", metrics)
+  _check_finite("timings", timings)
+  payload = {
+      "benchmark": benchmark, "dataset": dataset, "method": method, "seed": seed,
+      "flags": dict(flags), "metrics": dict(metrics), "timings": dict(timings),
+      "versions": library_versions(), "git_commit": git_commit(), "machine": machine_description(),
+      "command": command or " ".join([os.path.basename(sys.executable)] + sys.argv),
+  }
+  path = os.path.join(output_dir, RESULTS_FILENAME)
+  write_json_atomically(path, payload)
+  return path
+
+
+def save_figure(figure, path: str) -> None:
+  """Saves a matplotlib figure as PNG through a temporary file and a rename."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".png")
+  os.close(handle)
+  try:
+    figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
