@@ -89,13 +89,15 @@ class Adam(tf.Module):
     self.iterations.assign(0)
 
   def apply(self, gradients: Sequence[tf.Tensor], learning_rate: tf.Tensor) -> None:
+    """One Adam step, one fused kernel per variable (few ops: this loop is op-bound on CPU)."""
     step = tf.cast(self.iterations.assign_add(1), tf.float32)
-    correction = tf.sqrt(1.0 - tf.pow(self.beta_2, step)) / (1.0 - tf.pow(self.beta_1, step))
+    beta_1_power, beta_2_power = tf.pow(self.beta_1, step), tf.pow(self.beta_2, step)
     for variable, gradient, m, v in zip(self.variables_to_train, gradients, self.first_moments,
                                         self.second_moments):
-      m.assign(self.beta_1 * m + (1.0 - self.beta_1) * gradient)
-      v.assign(self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient))
-      variable.assign_sub(learning_rate * correction * m / (tf.sqrt(v) + self.epsilon))
+      tf.raw_ops.ResourceApplyAdam(
+          var=variable.handle, m=m.handle, v=v.handle, beta1_power=beta_1_power, beta2_power=beta_2_power,
+          lr=learning_rate, beta1=tf.constant(self.beta_1), beta2=tf.constant(self.beta_2),
+          epsilon=tf.constant(self.epsilon), grad=gradient)
 
 
 class ElboMaximizer(tf.Module):

@@ -1,0 +1,135 @@
+"""Reports: every results.json under a directory, aggregated beside the paper's numbers.
+
+  python -m common.report --results_dir=results --output_dir=results/report
+
+writes, per benchmark, `<benchmark>.csv` and a section of `report.md` (mean
+and sample standard deviation over seeds, with the paper's mean and standard
+deviation beside them where the paper has the number), and links every
+figure (PNG) found under the results directory.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Mapping, Optional
+
+import numpy as np
+import pandas as pd
+
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_PAPER_DIR = os.path.join(os.path.dirname(REPOSITORY), "shared", "paper")
+PAPER_TABLES = {"uci": "table1_uci.csv", "image": "table2_lenet5.csv"}
+# Our metric -> the paper's column stem. The paper's ELBO column holds ELBO_aux
+# for refined VI, so `bound` (elbo_aux where present, else elbo) maps to it.
+PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"}
+KEYS = ["benchmark", "dataset", "method"]
+
+
+def load_results(results_dir: str) -> pd.DataFrame:
+  """One row per results.json: the keys, scalar metrics and timings, and the file's path."""
+  rows = []
+  for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
+    with open(path) as stream:
+      payload = json.load(stream)
+    row = {key: payload.get(key) for key in KEYS + ["seed", "git_commit"]}
+    row["path"] = os.path.relpath(path, results_dir)
+    for section in ("metrics", "timings"):
+      for name, value in payload.get(section, {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+          row[name] = float(value)
+    rows.append(row)
+  frame = pd.DataFrame(rows)
+  if len(frame) and "elbo" in frame:
+    frame["bound"] = frame["elbo_aux"].fillna(frame["elbo"]) if "elbo_aux" in frame else frame["elbo"]
+  return frame
+
+
+def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+  """Mean, sample standard deviation and run count of `metrics` per (benchmark, dataset, method)."""
+  metrics = [m for m in metrics if m in frame]
+  grouped = frame.groupby(KEYS, dropna=False)
+  table = grouped[metrics].agg(["mean", "std"])
+  table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
+  table["runs"] = grouped.size()
+  return table.reset_index()
+
+
+def load_paper_table(name: str, paper_dir: Optional[str] = None) -> pd.DataFrame:
+  paper_dir = paper_dir or os.environ.get("REFINED_VI_PAPER_DIR", DEFAULT_PAPER_DIR)
+  path = os.path.join(paper_dir, name)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"paper table {path} not found (set --paper_dir or REFINED_VI_PAPER_DIR)")
+  return pd.read_csv(path)
+
+
+def beside_paper(table: pd.DataFrame, paper: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+  """Adds paper_<stem>_mean / _std columns for every metric the paper reports."""
+  renamed = {}
+  for ours, stem in columns.items():
+    for stat in ("mean", "std"):
+      if f"{stem}_{stat}" in paper and f"{ours}_{stat}" in table:
+        renamed[f"{stem}_{stat}"] = f"paper_{stem}_{stat}"
+  paper_part = paper[["dataset", "method"] + list(renamed)].rename(columns=renamed)
+  return table.merge(paper_part, on=["dataset", "method"], how="left")
+
+
+def to_markdown(frame: pd.DataFrame, digits: int = 3) -> str:
+  """A GitHub Markdown table (no extra dependency)."""
+  def cell(value):
+    if isinstance(value, (float, np.floating)):
+      return "" if np.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+  lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+  lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+  return "\n".join(lines)
+
+
+def _atomic_text(path: str, text: str) -> None:
+  temporary = f"{path}.tmp"
+  with open(temporary, "w") as stream:
+    stream.write(text)
+  os.replace(temporary, path)
+
+
+def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = None) -> str:
+  """Writes per-benchmark CSVs and report.md; returns the report's path."""
+  frame = load_results(results_dir)
+  if frame.empty:
+    raise FileNotFoundError(f"no results.json under {results_dir}")
+  os.makedirs(output_dir, exist_ok=True)
+  sections = ["# Results\n", f"Aggregated from {len(frame)} results.json files under `{results_dir}`.\n"]
+  metric_names = [c for c in frame.columns if c not in KEYS + ["seed", "git_commit", "path"]]
+  for benchmark, part in frame.groupby("benchmark"):
+    table = summarise(part, metric_names).dropna(axis=1, how="all")
+    if benchmark in PAPER_TABLES:
+      table = beside_paper(table, load_paper_table(PAPER_TABLES[benchmark], paper_dir), PAPER_COLUMNS)
+    table.to_csv(os.path.join(output_dir, f"{benchmark}.csv"), index=False)
+    sections.append(f"## {benchmark}\n\n{to_markdown(table)}\n")
+  figures = sorted(glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True))
+  if figures:
+    sections.append("## Figures\n")
+    for figure in figures:
+      relative = os.path.relpath(figure, output_dir)
+      sections.append(f"![{os.path.relpath(figure, results_dir)}]({relative})\n")
+  path = os.path.join(output_dir, "report.md")
+  _atomic_text(path, "\n".join(sections))
+  return path
+
+
+def main(argv):
+  del argv
+  from absl import flags
+  path = write_report(flags.FLAGS.results_dir, flags.FLAGS.output_dir, flags.FLAGS.paper_dir)
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  from absl import flags
+
+  from common import cli
+  flags.DEFINE_string("results_dir", "results", "Directory searched for results.json files.")
+  flags.DEFINE_string("output_dir", "results/report", "Where the tables and report.md go.")
+  flags.DEFINE_string("paper_dir", None, "Directory of the paper's table CSVs (default ../shared/paper).")
+  cli.run(main)

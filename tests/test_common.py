@@ -1,0 +1,67 @@
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from auxiliary_sampling import predictive
+from common import report
+from common.results import write_results
+from common.seeding import seed_everything
+
+
+def test_results_file_has_the_conventions(tmp_path):
+  path = write_results(str(tmp_path), benchmark="uci", dataset="wine", method="vi", seed=3,
+                       flags={"steps": 10}, metrics={"test_mll": -0.9}, timings={"train_seconds": 1.0})
+  payload = json.loads(open(path).read())
+  assert set(payload) >= {"benchmark", "dataset", "method", "seed", "flags", "metrics", "timings", "versions",
+                          "git_commit", "machine", "command"}
+  assert payload["metrics"]["test_mll"] == -0.9
+
+
+def test_non_finite_metrics_are_refused_and_nothing_is_written(tmp_path):
+  with pytest.raises(ValueError, match="metrics.elbo is nan"):
+    write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={"elbo": math.nan}, timings={})
+  assert os.listdir(tmp_path) == []
+
+
+def test_seed_everything_rejects_bad_seeds():
+  with pytest.raises(ValueError, match="seed=-1"):
+    seed_everything(-1)
+
+
+def test_log_mean_exp_and_predictive_likelihoods():
+  values = np.log(np.array([[0.2, 0.5], [0.4, 0.1]]))
+  assert predictive.log_mean_exp(values, axis=0).numpy() == pytest.approx(np.log([0.3, 0.3]))
+  assert predictive.log_mean_exp(np.array([-1000.0, -1000.0])).numpy() == pytest.approx(-1000.0)
+  from scipy.stats import norm
+  # Original units: y = 10 + 2 * y_std.
+  got = predictive.gaussian_log_likelihood(np.array([13.0]), np.array([1.0]), np.array([0.5]), 10.0, 2.0)
+  assert got.numpy() == pytest.approx(norm(12.0, 1.0).logpdf(13.0))
+  logits = np.array([[[2.0, 0.0, -1.0]], [[0.0, 1.0, 0.0]]])
+  member = predictive.categorical_log_likelihood(np.array([1]), logits).numpy()
+  probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  assert member[:, 0] == pytest.approx(np.log(probabilities[:, 0, 1]))
+  assert predictive.marginal_log_likelihood(member) == pytest.approx(np.log(probabilities[:, 0, 1].mean()))
+
+
+def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
+  for seed, mll in enumerate([-2.9, -2.7]):
+    write_results(str(tmp_path / "uci" / "boston_housing" / "vi" / str(seed)), benchmark="uci",
+                  dataset="boston_housing", method="vi", seed=seed, flags={},
+                  metrics={"test_mll": mll, "elbo": -650.0 - seed}, timings={"train_seconds": 1.0})
+  frame = report.load_results(str(tmp_path))
+  assert len(frame) == 2
+  table = report.summarise(frame, ["test_mll", "elbo"])
+  row = table[(table.dataset == "boston_housing") & (table.method == "vi")].iloc[0]
+  assert row["test_mll_mean"] == pytest.approx(-2.8) and row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
+  assert row["runs"] == 2
+  paper = report.load_paper_table("table1_uci.csv")
+  joined = report.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
+  joined_row = joined[(joined.dataset == "boston_housing") & (joined.method == "vi")].iloc[0]
+  assert joined_row["paper_mll_mean"] == pytest.approx(-2.874)
+  out = report.write_report(str(tmp_path), str(tmp_path / "report"))
+  text = open(out).read()
+  assert "boston_housing" in text and "-2.874" in text
+  assert os.path.exists(tmp_path / "report" / "uci.csv")
