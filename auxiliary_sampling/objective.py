@@ -25,7 +25,7 @@ LogLikelihoodFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 def mean_field_parameters(model: tf.Module) -> list[GaussianMeanField]:
   """All Gaussian mean-field parameters of a model, in a fixed (construction) order."""
   found, seen = [], set()
-  for layer in _layers(model):
+  for layer in layers_of(model):
     for parameter in getattr(layer, "mean_field_parameters", []):
       if id(parameter) not in seen:
         seen.add(id(parameter))
@@ -33,7 +33,7 @@ def mean_field_parameters(model: tf.Module) -> list[GaussianMeanField]:
   return found
 
 
-def _layers(model) -> list:
+def layers_of(model) -> list:
   if isinstance(model, tf_keras.layers.Layer):
     return [model] + list(model._flatten_layers(include_self=False, recursive=True))
   return list(model.submodules)

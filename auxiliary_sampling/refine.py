@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, _layers, check_data, estimate_elbo,
+from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_data, estimate_elbo, layers_of,
                                           mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.schedule import AuxiliarySchedule
@@ -108,7 +108,7 @@ def _other_trainable_variables(model, parameters: list[GaussianMeanField]) -> li
 
 def seed_member_streams(model: tf.Module, seed: int, total_members: int, member_offset: int = 0) -> None:
   """Seeds every layer's noise; the model's members are rows [member_offset, ...) of `total_members`."""
-  noisy_layers = [layer for layer in _layers(model) if isinstance(layer, MeanFieldLayer)]
+  noisy_layers = [layer for layer in layers_of(model) if isinstance(layer, MeanFieldLayer)]
   for layer_index, layer in enumerate(noisy_layers):
     layer.noise.set_member_window(total_members, member_offset)
     layer.noise.set_seed(derived_seed(seed, _LAYER_STREAM, layer_index))
