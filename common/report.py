@@ -17,6 +17,8 @@ from typing import Mapping, Optional
 import numpy as np
 import pandas as pd
 
+from common.results import atomic_output
+
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PAPER_DIR = os.path.join(os.path.dirname(REPOSITORY), "shared", "paper")
@@ -86,13 +88,6 @@ def to_markdown(frame: pd.DataFrame, digits: int = 3) -> str:
   return "\n".join(lines)
 
 
-def _atomic_text(path: str, text: str) -> None:
-  temporary = f"{path}.tmp"
-  with open(temporary, "w") as stream:
-    stream.write(text)
-  os.replace(temporary, path)
-
-
 def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = None) -> str:
   """Writes per-benchmark CSVs and report.md; returns the report's path."""
   frame = load_results(results_dir)
@@ -105,7 +100,8 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
     table = summarise(part, metric_names).dropna(axis=1, how="all")
     if benchmark in PAPER_TABLES:
       table = beside_paper(table, load_paper_table(PAPER_TABLES[benchmark], paper_dir), PAPER_COLUMNS)
-    table.to_csv(os.path.join(output_dir, f"{benchmark}.csv"), index=False)
+    with atomic_output(os.path.join(output_dir, f"{benchmark}.csv")) as temporary:
+      table.to_csv(temporary, index=False)
     sections.append(f"## {benchmark}\n\n{to_markdown(table)}\n")
   figures = sorted(glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True))
   if figures:
@@ -114,7 +110,8 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       relative = os.path.relpath(figure, output_dir)
       sections.append(f"![{os.path.relpath(figure, results_dir)}]({relative})\n")
   path = os.path.join(output_dir, "report.md")
-  _atomic_text(path, "\n".join(sections))
+  with atomic_output(path) as temporary, open(temporary, "w") as stream:
+    stream.write("\n".join(sections))
   return path
 
 

@@ -7,6 +7,7 @@ renamed, and non-finite metrics are refused.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from importlib import metadata
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 RESULTS_FILENAME = "results.json"
 _PACKAGES = ("tensorflow", "tf-keras", "tensorflow-probability", "edward2", "numpy", "scipy", "pandas",
@@ -60,20 +61,26 @@ def _check_finite(section: str, values: Mapping[str, Any]) -> None:
     walk(key, value)
 
 
-def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
-  """Writes JSON to `path` through a temporary file and a rename: never half-written."""
+@contextlib.contextmanager
+def atomic_output(path: str) -> Iterator[str]:
+  """Yields a temporary path beside `path` and renames it to `path` on success: never half-written."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+  os.close(handle)
   try:
-    with os.fdopen(handle, "w") as stream:
-      json.dump(payload, stream, indent=2, sort_keys=False)
-      stream.write("\n")
+    yield temporary
     os.replace(temporary, path)
   except BaseException:
     if os.path.exists(temporary):
       os.remove(temporary)
     raise
+
+
+def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
+  with atomic_output(path) as temporary, open(temporary, "w") as stream:
+    json.dump(payload, stream, indent=2)
+    stream.write("\n")
 
 
 def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapping[str, Any],
@@ -94,15 +101,6 @@ def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapp
 
 
 def save_figure(figure, path: str) -> None:
-  """Saves a matplotlib figure as PNG through a temporary file and a rename."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".png")
-  os.close(handle)
-  try:
+  """Saves a matplotlib figure as PNG, atomically."""
+  with atomic_output(path) as temporary:
     figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
-    os.replace(temporary, path)
-  except BaseException:
-    if os.path.exists(temporary):
-      os.remove(temporary)
-    raise
