@@ -7,7 +7,7 @@ vectorised refinement equals M separate refinements.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf

@@ -8,7 +8,7 @@ with status 1. No results file is written in either case.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from absl import app, flags
 
@@ -52,7 +52,3 @@ def require(condition: bool, message: str) -> None:
   if not condition:
     raise UsageError(message)
 
-
-def check_choices(name: str, value: str, allowed: Mapping[str, Any] | tuple | list) -> None:
-  if value not in allowed:
-    raise UsageError(f"unknown {name} {value!r}; allowed: {', '.join(allowed)}")
