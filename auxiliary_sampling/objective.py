@@ -104,17 +104,27 @@ class ElboMaximizer(tf.Module):
   """Maximises the (conditional) ELBO of `model` on in-memory data by minibatch Adam.
 
   Batches are drawn with replacement from a counter-based stream seeded by
-  `data_seed`, shared by all members. `run` executes many steps in one compiled
-  while-loop and returns the per-step, per-member ELBO estimate at the
-  whole-dataset scale, N * mean_batch log p - KL - `elbo_offset`.
+  `data_seed`: one batch shared by all members, or with `member_batches=M`
+  an independent batch per member (inputs [M, batch, ...], as deep-ensemble
+  members need). `run` executes many steps in one compiled while-loop and
+  returns the per-step, per-member ELBO estimate at the whole-dataset scale,
+  N * mean_batch log p - KL - `elbo_offset`, and the KL. `kl_fn` replaces
+  the Gaussian mean-field KL (MNF's bound term; zero for point estimates).
+  Subclasses may override `elbo_on_batch` (adversarial training does).
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
-               variables: Sequence[tf.Variable], batch_size: int, data_seed: int = 0):
+               variables: Sequence[tf.Variable], batch_size: int, data_seed: int = 0,
+               kl_fn: Optional[Callable[[], tf.Tensor]] = None, member_batches: Optional[int] = None):
     super().__init__(name="elbo_maximizer")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
       raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
+    if member_batches is not None and (isinstance(member_batches, bool) or not isinstance(member_batches, int)
+                                       or member_batches < 1):
+      raise ValueError(f"member_batches={member_batches!r} must be None or an integer >= 1")
     self.model = model
+    self.kl_fn = kl_fn or (lambda: model_kl(model))
+    self.member_batches = member_batches
     self.inputs, self.labels = check_data(inputs, labels)
     self.num_examples = int(self.inputs.shape[0])
     self.log_likelihood_fn = log_likelihood_fn
@@ -128,44 +138,51 @@ class ElboMaximizer(tf.Module):
 
   def _batch(self):
     count = self.batch_counter.assign_add(1)
-    indices = tf.random.stateless_uniform([self.batch_size], seed=tf.stack([tf.constant(self.data_seed, tf.int64), count]),
+    shape = [self.batch_size] if self.member_batches is None else [self.member_batches, self.batch_size]
+    indices = tf.random.stateless_uniform(shape, seed=tf.stack([tf.constant(self.data_seed, tf.int64), count]),
                                           maxval=self.num_examples, dtype=tf.int64)
     return tf.gather(self.inputs, indices), tf.gather(self.labels, indices)
 
-  def elbo_on_batch(self, inputs, labels) -> tf.Tensor:
-    """N * mean log p(y | x, w) - KL on one batch, one value per member."""
-    outputs = self.model(inputs, training=True)
-    log_likelihood = self.log_likelihood_fn(labels, outputs)
-    return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1) - model_kl(self.model)
+  def expected_log_likelihood_on_batch(self, inputs, labels) -> tf.Tensor:
+    """N * mean_batch log p(y | x, w), one value per member."""
+    log_likelihood = self.log_likelihood_fn(labels, self.model(inputs, training=True))
+    return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
   @tf.function
   def run(self, num_steps, learning_rate, elbo_offset):
-    """`num_steps` Adam steps; returns the [num_steps, M?] trace of ELBO estimates."""
+    """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs."""
     learning_rate = tf.cast(learning_rate, tf.float32)
-    trace = tf.TensorArray(tf.float32, size=num_steps)
+    elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
+    kl_trace = tf.TensorArray(tf.float32, size=num_steps)
     for step in tf.range(num_steps):
       inputs, labels = self._batch()
       with tf.GradientTape() as tape:
-        elbo = self.elbo_on_batch(inputs, labels)
+        kl = self.kl_fn()
+        elbo = self.expected_log_likelihood_on_batch(inputs, labels) - kl
         # Members are independent, so the sum's gradient is each member's own.
         loss = -tf.reduce_sum(elbo) / self.num_examples
       gradients = tape.gradient(loss, self.variables_to_train)
       self.optimizer.apply(gradients, learning_rate)
-      trace = trace.write(step, elbo - elbo_offset)
-    return trace.stack()
+      elbo_trace = elbo_trace.write(step, elbo - elbo_offset)
+      kl_trace = kl_trace.write(step, tf.broadcast_to(kl, tf.shape(elbo)))
+    return elbo_trace.stack(), kl_trace.stack()
 
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,
-               reset_optimizer: bool = False) -> np.ndarray:
-    """Runs the compiled loop; raises FloatingPointError if the ELBO stops being finite."""
+               reset_optimizer: bool = False, return_kl: bool = False):
+    """Runs the compiled loop; raises FloatingPointError if the ELBO stops being finite.
+
+    Returns the ELBO trace, or (ELBO trace, KL trace) with `return_kl`.
+    """
     if reset_optimizer:
       self.optimizer.reset()
-    trace = self.run(tf.constant(num_steps, tf.int32), tf.constant(learning_rate, tf.float32),
-                     tf.convert_to_tensor(elbo_offset, tf.float32)).numpy()
+    trace, kl_trace = self.run(tf.constant(num_steps, tf.int32), tf.constant(learning_rate, tf.float32),
+                               tf.convert_to_tensor(elbo_offset, tf.float32))
+    trace = trace.numpy()
     if not np.all(np.isfinite(trace)):
       first = int(np.argmax(~np.isfinite(trace).reshape(len(trace), -1).all(axis=1)))
       raise FloatingPointError(f"non-finite ELBO at step {first + 1} of {num_steps} "
                                f"(learning rate {learning_rate:g})")
-    return trace
+    return (trace, kl_trace.numpy()) if return_kl else trace
 
 
 def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,

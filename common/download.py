@@ -1,0 +1,70 @@
+"""Dataset files from a local directory or a checksummed download cache.
+
+Loaders look for a file in the user's directory first; otherwise they fetch it
+from its published URL into a cache directory. Either way the file's sha256
+must match the one the loader pins, so a truncated download or a different
+version of the data is an error, never a silently different benchmark.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from typing import Optional
+
+DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "refined_vi")
+
+
+def sha256_of(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as handle:
+    for block in iter(lambda: handle.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def verify(path: str, sha256: str) -> str:
+  """Returns `path` if its sha256 is `sha256`, else raises OSError naming both digests."""
+  actual = sha256_of(path)
+  if actual != sha256:
+    raise OSError(f"checksum mismatch for {path}: sha256 {actual}, expected {sha256}")
+  return path
+
+
+def fetch(url: str, destination: str, sha256: str) -> str:
+  """Downloads `url` to `destination` (atomically, verified) unless a verified copy is there."""
+  if os.path.exists(destination):
+    return verify(destination, sha256)
+  os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
+  descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(destination) or ".", suffix=".part")
+  try:
+    with os.fdopen(descriptor, "wb") as handle, urllib.request.urlopen(url, timeout=60) as response:
+      for block in iter(lambda: response.read(1 << 20), b""):
+        handle.write(block)
+    verify(temporary, sha256)
+    os.replace(temporary, destination)
+  except urllib.error.URLError as error:
+    raise OSError(f"could not download {url} ({error.reason}); pass a local copy with --data_dir") from error
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+  return destination
+
+
+def locate(relative_path: str, sha256: str, url: str, data_dir: Optional[str] = None,
+           cache_dir: Optional[str] = None, download: bool = True) -> str:
+  """The verified local path of a dataset file.
+
+  Looks in `data_dir` (if given), then in the cache; downloads into the cache
+  when allowed. Raises OSError if the file is missing and cannot be fetched.
+  """
+  if data_dir:
+    candidate = os.path.join(data_dir, relative_path)
+    if os.path.exists(candidate):
+      return verify(candidate, sha256)
+  cached = os.path.join(cache_dir or DEFAULT_CACHE_DIR, relative_path)
+  if os.path.exists(cached) or download:
+    return fetch(url, cached, sha256)
+  raise OSError(f"{relative_path} is not in {data_dir or 'the data directory'} and downloading is off")
