@@ -143,6 +143,7 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
     model, trainer, training = _train_vi(config, split, output_dir)
     timings["train_seconds"] = training.train_seconds
     metrics["noise_scale"] = _noise_scale(model) * split.target_std
+    metrics["vi_resumed_from_step"] = training.resumed_from_step
     if config.method == "vi_equal_compute":
       total_steps = config.vi_steps + config.extra_vi_steps
       if config.extra_vi_steps:

@@ -1,0 +1,229 @@
+"""Baselines: checkpointed VI (resume, summaries), MNF's bound pieces, deep ensembles."""
+import glob
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+import tf_keras
+
+from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.objective import ElboMaximizer
+from baselines import deep_ensemble, mnf
+from baselines.training import CheckpointedTraining
+from baselines.vi import MeanFieldTrainer
+from common.regression import HomoscedasticNoise, gaussian_head_log_likelihood
+
+tfd = tfp.distributions
+
+
+def _regression_data(num_examples=120, dimension=3, seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=[num_examples, dimension]).astype(np.float32)
+  y = (np.sin(x[:, :1]) + 0.1 * rng.normal(size=[num_examples, 1])).astype(np.float32)
+  return x, y
+
+
+def _vi_network():
+  return tf_keras.Sequential([DenseReparameterization(8, activation="relu"), DenseReparameterization(1),
+                              HomoscedasticNoise()])
+
+
+def _trainer(seed=0):
+  x, y = _regression_data()
+  tf.keras.utils.set_random_seed(seed)
+  return MeanFieldTrainer(_vi_network(), x, y, gaussian_head_log_likelihood, batch_size=32, seed=seed,
+                          steps_per_checkpoint=40, summary_every=10)
+
+
+def test_interrupted_training_resumes_to_the_same_state(tmp_path):
+  uninterrupted = _trainer()
+  full = uninterrupted.train(120, checkpoint_dir=str(tmp_path / "a"))
+  first = _trainer()
+  first.train(80, checkpoint_dir=str(tmp_path / "b"))
+  resumed = _trainer()   # a fresh process: new model, new optimiser
+  result = resumed.train(120, checkpoint_dir=str(tmp_path / "b"))
+  assert result.resumed_from_step == 80 and full.resumed_from_step == 0
+  np.testing.assert_allclose(result.trace, full.trace, rtol=1e-5)
+  for a, b in zip(uninterrupted.maximizer.model.variables, resumed.maximizer.model.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
+  with pytest.raises(ValueError, match="at step 120, beyond the requested 100 steps"):
+    _trainer().train(100, checkpoint_dir=str(tmp_path / "b"))
+
+
+def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
+  trainer = _trainer()
+  result = trainer.train(600, summary_dir=str(tmp_path))
+  assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
+  summaries = tf.compat.v1.train.summary_iterator(glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
+  tags = {value.tag for event in summaries for value in event.summary.value}
+  assert tags == {"elbo", "kl", "expected_log_likelihood"}
+  assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
+  noise = trainer.maximizer.model.layers[-1].noise_scale.numpy()[0]
+  assert noise < 0.8   # falling from its initial 1.0 towards the data's 0.1
+
+
+def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
+  x, y = _regression_data()
+  model = _vi_network()
+  model(x[:1])
+  maximizer = ElboMaximizer(model, x, y, lambda labels, outputs: outputs[..., 0] / 0.0 * 0.0,
+                            model.trainable_variables, batch_size=16)
+  with pytest.raises(FloatingPointError, match="non-finite ELBO at step 1 of 5"):
+    CheckpointedTraining(maximizer, 1e-3).train(5, checkpoint_dir=str(tmp_path))
+  assert not glob.glob(str(tmp_path / "*.index"))
+
+
+# MNF ------------------------------------------------------------------------------------------------------------
+
+
+def _flow(dimension=5, steps=2, hidden=7, seed=1):
+  flow = mnf.MaskedCouplingFlow(dimension, steps, hidden, np.random.default_rng(seed))
+  for variable in flow.trainable_variables:   # nonzero biases so every term matters
+    variable.assign(variable + 0.3 * tf.random.stateless_normal(variable.shape, [seed, 7]))
+  return flow
+
+
+def test_coupling_masks_are_fresh_per_step_and_never_trivial():
+  flow = _flow(dimension=6, steps=6)
+  masks = np.stack(flow.masks)
+  assert np.all((masks.sum(1) > 0) & (masks.sum(1) < 6))
+  assert len({tuple(mask) for mask in masks}) > 1
+
+
+def test_flow_log_determinant_matches_the_jacobian_and_tfp_bijectors():
+  flow = _flow()
+  z = tf.random.stateless_normal([4, 5], [0, 1])
+  with tf.GradientTape() as tape:
+    tape.watch(z)
+    output, log_det = flow.forward(z)
+  jacobian = tape.batch_jacobian(output, z)
+  np.testing.assert_allclose(log_det, tf.linalg.slogdet(jacobian)[1], rtol=1e-4, atol=1e-5)
+  bijector = flow.as_bijector()
+  np.testing.assert_allclose(bijector.forward(z), output, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bijector.forward_log_det_jacobian(z, event_ndims=1), log_det, rtol=1e-5, atol=1e-6)
+
+
+def _built_dense(use_flows=True, units=4, inputs=5, seed=3):
+  layer = mnf.DenseMNF(units, use_flows=use_flows, seed=seed, hidden_units_q=6, hidden_units_r=6)
+  layer(tf.zeros([1, inputs]))
+  return layer
+
+
+def test_log_q_of_z_is_the_flow_pushforward_density():
+  layer = _built_dense()
+  z_t, log_q = layer.sample_z(tf.constant([3]))
+  base = tfd.MultivariateNormalDiag(layer.z_loc, layer.z_scale)
+  reference = tfd.TransformedDistribution(base, layer.flow_q.as_bijector()).log_prob(z_t)
+  np.testing.assert_allclose(log_q, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_bound_pieces_against_direct_computation():
+  """KL(q(W|z)||p(W)) against tfp, log r(z|W) against its formula with the same draws."""
+  layer = _built_dense(use_flows=False)
+  z = tf.constant([0.9, 1.1, 1.0, 0.8, 1.2])
+  kl_direct = tf.reduce_sum(tfd.kl_divergence(tfd.Normal(z[:, None] * layer.kernel_loc, layer.kernel_scale),
+                                              tfd.Normal(0.0, 1.0)))
+  np.testing.assert_allclose(mnf._normal_kl_to_prior(z[:, None] * layer.kernel_loc, layer.kernel_scale, 1.0),
+                             kl_direct, rtol=1e-5)
+  counter = layer.noise_counter.numpy()
+  log_r = layer.log_reverse(z)
+  noise = tf.random.stateless_normal([4], tf.stack([layer.noise_seed, tf.constant(counter + 1, tf.int64)]))
+  weights_mean = tf.linalg.matvec(tf.transpose(z[:, None] * layer.kernel_loc), layer.reverse_projection)
+  weights_variance = tf.linalg.matvec(tf.transpose(tf.square(layer.kernel_scale)),
+                                      tf.square(layer.reverse_projection))
+  summary = tf.reduce_mean(tf.tanh(weights_mean + tf.sqrt(weights_variance) * noise))
+  precision = tf.exp(layer.reverse_log_precision_weights * summary)
+  expected = tf.reduce_sum(tfd.Normal(layer.reverse_mean_weights * summary, tf.math.rsqrt(precision)).log_prob(z))
+  np.testing.assert_allclose(log_r, expected, rtol=1e-5)
+
+
+def test_without_flows_and_noise_mnf_is_a_gaussian_mean_field_layer():
+  """z fixed at 1 (no flows, zero z variance): outputs and KL equal those of DenseReparameterization."""
+  layer = _built_dense(use_flows=False)
+  layer.z_loc.assign(tf.ones([5]))
+  layer.untransformed_z_scale.assign(tf.fill([5], -30.0))
+  reference = DenseReparameterization(4)
+  reference(tf.zeros([1, 5]))
+  reference.kernel.posterior_loc.assign(layer.kernel_loc)
+  reference.kernel.untransformed_posterior_scale.assign(layer.untransformed_kernel_scale)
+  reference.bias.posterior_loc.assign(layer.bias_loc + 0.2)
+  layer.bias_loc.assign(layer.bias_loc + 0.2)
+  reference.bias.untransformed_posterior_scale.assign(layer.untransformed_bias_scale + 3.0)
+  layer.untransformed_bias_scale.assign(layer.untransformed_bias_scale + 3.0)
+  inputs = tf.broadcast_to(tf.constant([[0.5, -1.0, 2.0, 0.3, -0.7]]), [20000, 5])
+  ours, theirs = layer(inputs), reference(inputs)
+  np.testing.assert_allclose(tf.reduce_mean(ours, 0), tf.reduce_mean(theirs, 0), atol=0.03)
+  np.testing.assert_allclose(tf.math.reduce_std(ours, 0), tf.math.reduce_std(theirs, 0), rtol=0.03)
+  kl_weights = layer.kl_divergence() - (layer.sample_z(tf.zeros([0], tf.int32))[1] - layer.log_reverse(layer.z_loc))
+  assert abs(float(kl_weights - reference.kl_divergence())) < 1e-2 * float(reference.kl_divergence())
+
+
+def test_conv_mnf_multiplies_output_channels():
+  layer = mnf.Conv2DMNF(3, 3, seed=0, hidden_units_q=5, hidden_units_r=5)
+  images = tf.random.stateless_normal([2, 6, 6, 2], [1, 2])
+  outputs = layer(images)
+  assert outputs.shape == (2, 6, 6, 3)
+  layer.untransformed_kernel_scale.assign(tf.fill(layer.kernel_loc.shape, -30.0))
+  layer.untransformed_bias_scale.assign(tf.fill([3], -30.0))
+  counter = layer.noise_counter.numpy()
+  outputs = layer(images)
+  z_noise = tf.random.stateless_normal([2, 3], tf.stack([layer.noise_seed, tf.constant(counter + 1, tf.int64)]))
+  z, _ = layer.flow_q.forward(layer.z_loc + layer.z_scale * z_noise)
+  expected = tf.nn.conv2d(images, layer.kernel_loc, 1, "SAME") * z[:, None, None, :] + layer.bias_loc
+  np.testing.assert_allclose(outputs, expected, rtol=1e-4, atol=1e-4)
+  assert np.isfinite(layer.kl_divergence().numpy())
+
+
+def test_mnf_training_reaches_every_variable_and_improves_the_bound():
+  x, y = _regression_data()
+  model = tf_keras.Sequential(mnf.regression_mnf(8, seed=0, hidden_units_q=6, hidden_units_r=6).layers
+                              + [HomoscedasticNoise()])
+  model(x[:1])
+  with tf.GradientTape() as tape:
+    loss = -tf.reduce_sum(gaussian_head_log_likelihood(y, model(x))) + mnf.mnf_kl(model)
+  gradients = tape.gradient(loss, model.trainable_variables)
+  missing = [v.name for v, g in zip(model.trainable_variables, gradients) if g is None or not np.any(g.numpy())]
+  assert not missing
+  result = mnf.train_mnf(model, x, y, gaussian_head_log_likelihood, num_steps=600, batch_size=32)
+  assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
+  assert result.kl_trace[-50:].mean() < result.kl_trace[:50].mean()
+
+
+# Deep ensembles ---------------------------------------------------------------------------------------------------
+
+
+def test_ensemble_members_start_different_and_match_their_own_layer():
+  model = deep_ensemble.regression_ensemble(num_members=3, hidden_units=6, seed=0)
+  x = tf.constant(_regression_data()[0][:5])
+  outputs = model(x)
+  assert outputs.shape == (3, 5, 2)
+  kernel = model.layers[0].kernel.numpy()
+  assert not np.allclose(kernel[0], kernel[1])
+  np.testing.assert_allclose(np.std(kernel, axis=(1, 2)), math.sqrt(2 / 3), rtol=0.5)   # He fan-in of one member
+  member = 1
+  hidden = tf.nn.relu(x @ kernel[member] + model.layers[0].bias[member])
+  raw = hidden @ model.layers[1].kernel[member] + model.layers[1].bias[member]
+  np.testing.assert_allclose(outputs[member, :, 0], raw[:, 0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(outputs[member, :, 1] ** 2, tf.nn.softplus(raw[:, 1]) + 1e-6, rtol=1e-5)
+
+
+def test_adversarial_examples_increase_the_loss_and_training_fits():
+  x, y = _regression_data()
+  model = deep_ensemble.regression_ensemble(num_members=2, hidden_units=8, seed=1)
+  model(x[:1])
+  clean = ElboMaximizer(model, x, y, gaussian_head_log_likelihood, model.trainable_variables, batch_size=16,
+                        kl_fn=lambda: tf.zeros([2]), member_batches=2)
+  adversarial = deep_ensemble.AdversarialMaximizer(
+      model, x, y, gaussian_head_log_likelihood, model.trainable_variables, batch_size=16,
+      kl_fn=lambda: tf.zeros([2]), member_batches=2, epsilon=0.1)
+  inputs = tf.broadcast_to(x[None], [2] + list(x.shape))
+  labels = tf.broadcast_to(y[None], [2] + list(y.shape))
+  clean_objective = clean.expected_log_likelihood_on_batch(inputs, labels)
+  both = adversarial.expected_log_likelihood_on_batch(inputs, labels)
+  assert np.all(both < 2 * clean_objective)   # the adversarial term is worse than the clean one
+  result = deep_ensemble.train_deep_ensemble(model, x, y, gaussian_head_log_likelihood, num_members=2,
+                                             num_steps=800, batch_size=32, epsilon=0.01)
+  assert result.trace.shape == (800, 2)
+  assert np.all(result.trace[-50:].mean(0) > result.trace[:50].mean(0) + 50)

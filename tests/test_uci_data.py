@@ -1,0 +1,93 @@
+"""UCI loaders: checksums, local directories, downloads into the cache, splits and standardisation."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from common import download
+from uci import data
+
+SHARED_UCI = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..",
+                                                                              "shared", "data")), "uci")
+needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_UCI), reason="the offline UCI copy is not here")
+
+
+@needs_data
+@pytest.mark.parametrize("name,rows,columns", [("boston_housing", 506, 13), ("naval_propulsion", 11934, 16),
+                                               ("protein_structure", 45730, 9), ("yacht_hydrodynamics", 308, 6)])
+def test_every_file_is_verified_and_shapes_match_the_literature(name, rows, columns):
+  features, targets = data.load(name, SHARED_UCI, download_allowed=False)
+  assert features.shape == (rows, columns) and targets.shape == (rows,)
+  assert np.all(np.isfinite(features)) and np.all(np.isfinite(targets))
+  assert data.num_standard_splits(name, SHARED_UCI, download_allowed=False) == (5 if name == "protein_structure" else 20)
+
+
+@needs_data
+def test_the_data_root_or_its_uci_folder_both_work():
+  parent = os.path.dirname(SHARED_UCI)
+  a, _ = data.load("wine", parent, download_allowed=False)
+  b, _ = data.load("wine", SHARED_UCI, download_allowed=False)
+  np.testing.assert_array_equal(a, b)
+
+
+@needs_data
+def test_a_corrupted_local_file_is_a_checksum_error(tmp_path):
+  shutil.copytree(os.path.join(SHARED_UCI, "yacht_hydrodynamics"), tmp_path / "yacht_hydrodynamics")
+  with open(tmp_path / "yacht_hydrodynamics" / "data.txt", "a") as handle:
+    handle.write("1 2 3 4 5 6 7\n")
+  with pytest.raises(OSError, match="checksum mismatch .*yacht_hydrodynamics/data.txt"):
+    data.load("yacht_hydrodynamics", str(tmp_path), download_allowed=False)
+
+
+def test_missing_data_without_download_is_a_clear_error(tmp_path, monkeypatch):
+  monkeypatch.setattr(download, "DEFAULT_CACHE_DIR", str(tmp_path / "cache"))
+  with pytest.raises(OSError, match="downloading is off"):
+    data.load("kin8nm", str(tmp_path), download_allowed=False)
+
+
+def test_unknown_dataset_names_the_allowed_ones():
+  with pytest.raises(ValueError, match="unknown UCI dataset 'boston'; allowed: boston_housing, concrete_strength"):
+    data.load("boston")
+
+
+@needs_data
+def test_downloads_are_verified_and_cached_atomically(tmp_path, monkeypatch):
+  """A file:// URL stands in for the network: the cache gets a verified copy, a bad one leaves nothing."""
+  source = os.path.join(SHARED_UCI, "yacht_hydrodynamics", "data.txt")
+  digest = data.DATASETS["yacht_hydrodynamics"].sha256["data.txt"]
+  target = tmp_path / "cache" / "data.txt"
+  download.fetch("file://" + source, str(target), digest)
+  assert download.sha256_of(str(target)) == digest
+  bad_target = tmp_path / "cache" / "other.txt"
+  with pytest.raises(OSError, match="checksum mismatch"):
+    download.fetch("file://" + source, str(bad_target), "0" * 64)
+  assert sorted(os.listdir(tmp_path / "cache")) == ["data.txt"]
+  with pytest.raises(OSError, match="could not download"):
+    download.fetch("file://" + str(tmp_path / "absent.txt"), str(tmp_path / "x.txt"), digest)
+
+
+def test_random_split_is_80_20_disjoint_and_seeded():
+  train, test = data.split_indices(1000, "random_80_20", seed=3)
+  assert len(train) == 800 and len(test) == 200 and not set(train) & set(test)
+  again, _ = data.split_indices(1000, "random_80_20", seed=3)
+  other, _ = data.split_indices(1000, "random_80_20", seed=4)
+  np.testing.assert_array_equal(train, again)
+  assert not np.array_equal(train, other)
+  train, test = data.split_indices(1000, "standard_90_10", seed=19)
+  assert len(train) == 900 and len(test) == 100
+  with pytest.raises(ValueError, match="split number 20 is out of range; allowed: 0..19"):
+    data.split_indices(1000, "standard_90_10", seed=20)
+
+
+def test_standardisation_uses_training_statistics_only():
+  rng = np.random.default_rng(0)
+  features = np.column_stack([rng.normal(5, 3, 500), np.full(500, 7.0)])
+  targets = 100 + 20 * rng.normal(size=500)
+  split = data.prepare(features, targets, seed=1)
+  np.testing.assert_allclose(split.x_train[:, 0].mean(), 0, atol=1e-5)
+  np.testing.assert_allclose(split.x_train[:, 0].std(), 1, atol=1e-5)
+  assert np.all(split.x_train[:, 1] == 0) and np.all(split.x_test[:, 1] == 0)   # constant column
+  np.testing.assert_allclose(split.y_train.mean(), 0, atol=1e-5)
+  np.testing.assert_allclose(split.target_mean + split.target_std * split.y_test, split.y_test_original, rtol=1e-5)
+  assert abs(split.x_test[:, 0].mean()) > 1e-4   # test rows are not re-standardised on themselves
