@@ -26,6 +26,10 @@ PAPER_TABLES = {"uci": "table1_uci.csv", "image": "table2_lenet5.csv"}
 # Our metric -> the paper's column stem. The paper's ELBO column holds ELBO_aux
 # for refined VI, so `bound` (elbo_aux where present, else elbo) maps to it.
 PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"}
+# UCI runs record ELBOs for standardised targets, the paper's Table 1 for original units: the
+# conversion needs each split's target std, so `python -m uci.table` compares ELBOs (table.md there).
+PAPER_COLUMNS_BY_BENCHMARK = {"uci": {"test_mll": "mll"}}
+BENCHMARK_TABLES = {"uci": "uci/table.md"}
 KEYS = ["benchmark", "dataset", "method"]
 
 
@@ -99,10 +103,16 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
   for benchmark, part in frame.groupby("benchmark"):
     table = summarise(part, metric_names).dropna(axis=1, how="all")
     if benchmark in PAPER_TABLES:
-      table = beside_paper(table, load_paper_table(PAPER_TABLES[benchmark], paper_dir), PAPER_COLUMNS)
+      columns = PAPER_COLUMNS_BY_BENCHMARK.get(benchmark, PAPER_COLUMNS)
+      table = beside_paper(table, load_paper_table(PAPER_TABLES[benchmark], paper_dir), columns)
     with atomic_output(os.path.join(output_dir, f"{benchmark}.csv")) as temporary:
       table.to_csv(temporary, index=False)
-    sections.append(f"## {benchmark}\n\n{to_markdown(table)}\n")
+    sections.append(f"## {benchmark}\n")
+    paper_layout = os.path.join(results_dir, BENCHMARK_TABLES.get(benchmark, ""))
+    if benchmark in BENCHMARK_TABLES and os.path.exists(paper_layout):
+      sections.append(f"In the paper's layout: [{BENCHMARK_TABLES[benchmark]}]"
+                      f"({os.path.relpath(paper_layout, output_dir)}).\n")
+    sections.append(f"{to_markdown(table)}\n")
   figures = sorted(glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True))
   if figures:
     sections.append("## Figures\n")

@@ -1,0 +1,97 @@
+"""The UCI binary end to end on real data at tiny scale: every method, results files, resume, bad input."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from uci import main as uci_main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
+pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
+
+TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden_units=16, vi_steps=400,
+            num_samples=4, steps_per_auxiliary=40, elbo_num_samples=2, mnf_steps=100, ensemble_members=3,
+            ensemble_steps=150, steps_per_checkpoint=200)
+
+
+@pytest.mark.parametrize("method", uci_main.METHODS)
+def test_every_method_writes_its_metrics(tmp_path, method):
+  config = uci_main.UciConfig(method=method, **TINY)
+  metrics = uci_main.train_and_evaluate(config, str(tmp_path))
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert results["benchmark"] == "uci" and results["dataset"] == "yacht_hydrodynamics"
+  assert results["method"] == method and results["metrics"] == pytest.approx(metrics)
+  assert metrics["num_train"] == 246 and metrics["num_test"] == 62
+  assert -10 < metrics["test_mll"] < 0 and 0 < metrics["test_rmse"] < 20   # yacht's y spans 0..62
+  assert {"train_seconds", "total_seconds"} <= set(results["timings"])
+  if method in ("vi", "refined_vi", "vi_equal_compute"):
+    assert metrics["elbo"] < 0
+  if method == "refined_vi":
+    assert metrics["elbo_aux"] > metrics["elbo"]
+    assert results["timings"]["refine_seconds"] > 0
+  if method == "vi_equal_compute":
+    assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40
+  if method in ("mnf", "deep_ensemble", "vi"):
+    assert "elbo_aux" not in metrics
+
+
+def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
+  shared = str(tmp_path / "vi_checkpoint")
+  first = uci_main.train_and_evaluate(uci_main.UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+                                      str(tmp_path / "vi"))
+  second = uci_main.train_and_evaluate(uci_main.UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY),
+                                       str(tmp_path / "refined"))
+  assert first["vi_resumed_from_step"] == 0 and second["vi_resumed_from_step"] == 400
+  assert abs(first["elbo"] - second["elbo"]) < 0.05 * abs(first["elbo"])   # same model, a fresh ELBO estimate
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "uci.main", *args], cwd=REPO, capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+  out = tmp_path / "run"
+  flags = [f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+           "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
+           "--elbo_num_samples=1"]
+  completed = _run(*flags)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  (out / "results.json").unlink()            # as if the run had died after its last checkpoint
+  completed = _run(*flags)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  assert json.loads((out / "results.json").read_text())["metrics"]["vi_resumed_from_step"] == 300
+
+
+@pytest.mark.parametrize("flags,status,message", [
+    (["--dataset=boston"], 2, "value should be one of"),
+    (["--method=sgld"], 2, "value should be one of"),
+    (["--num_samples=0"], 2, "num_samples=0 must be >= 1"),
+    (["--variance_ratio=1.0"], 2, "variance_ratio=1.0 must be in (0, 1)"),
+    (["--refine_learning_rate_rule=fast"], 2, "unknown refine_learning_rate_rule 'fast'"),
+])
+def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
+  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
+  assert completed.returncode == status
+  last_line = completed.stderr.strip().splitlines()[-1]
+  assert last_line.startswith("error:") and message in last_line
+  assert not (tmp_path / "results.json").exists()
+
+
+def test_bad_data_is_a_runtime_error_without_results(tmp_path):
+  corrupted = tmp_path / "data"
+  shutil.copytree(os.path.join(DATA, "yacht_hydrodynamics"), corrupted / "yacht_hydrodynamics")
+  with open(corrupted / "yacht_hydrodynamics" / "data.txt", "a") as handle:
+    handle.write("0 0 0 0 0 0 0\n")
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=yacht_hydrodynamics", f"--data_dir={corrupted}")
+  assert completed.returncode == 1
+  assert completed.stderr.strip().splitlines()[-1].startswith("error: checksum mismatch")
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=kin8nm", f"--data_dir={empty}", "--nodownload")
+  assert completed.returncode == 1 and "downloading is off" in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "out" / "results.json").exists()
