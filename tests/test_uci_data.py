@@ -8,8 +8,8 @@ import pytest
 from common import download
 from uci import data
 
-SHARED_UCI = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                                              "shared", "data")), "uci")
+DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+SHARED_UCI = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", DEFAULT_DATA), "uci")
 needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_UCI), reason="the offline UCI copy is not here")
 
 

@@ -137,7 +137,10 @@ def _train_vi(config: UciConfig, split: data.RegressionData, output_dir: str):
 def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -> tuple[dict, dict]:
   """Trains and evaluates one method; returns (metrics, timings)."""
   x, y = split.x_train, split.y_train
-  evaluate = lambda outputs: regression_metrics(outputs, split.y_test_original, split.target_mean, split.target_std)
+
+  def evaluate(outputs):
+    return regression_metrics(outputs, split.y_test_original, split.target_mean, split.target_std)
+
   metrics, timings = {}, {}
   if config.method in ("vi", "refined_vi", "vi_equal_compute"):
     model, trainer, training = _train_vi(config, split, output_dir)
@@ -213,22 +216,26 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
 
 
 _FIELDS = {field.name: field for field in dataclasses.fields(UciConfig)}
-flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go.")
-flags.DEFINE_enum("dataset", "boston_housing", sorted(data.DATASETS), "UCI dataset (the paper's names).")
-flags.DEFINE_enum("method", "refined_vi", list(METHODS), "Method to train and evaluate.")
-flags.DEFINE_integer("seed", 0, "Seed of the split, the initialisation and every random stream.")
-flags.DEFINE_string("data_dir", data.default_data_dir(), "Local UCI directory (<dir>/<dataset>/data.txt); "
-                    "default $REFINED_VI_DATA_DIR/uci. Missing files are downloaded and checksummed.")
-flags.DEFINE_bool("download", True, "Download missing files (else a missing file is an error).")
-flags.DEFINE_enum("split", "random_80_20", list(data.SPLITS), "Split protocol (standard_90_10: split = seed).")
-flags.DEFINE_string("refine_learning_rate_rule", "paper", f"One of {', '.join(LEARNING_RATE_RULES)}.")
-flags.DEFINE_string("vi_checkpoint_dir", None, "Shared VI checkpoint directory (default under output_dir).")
-for _name in ("hidden_units", "batch_size", "vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary",
-              "equal_compute_steps", "elbo_num_samples", "mnf_steps", "ensemble_members", "ensemble_steps",
-              "steps_per_checkpoint"):
-  flags.DEFINE_integer(_name, _FIELDS[_name].default, f"See UciConfig.{_name}.")
-for _name in ("learning_rate", "initial_noise_scale", "variance_ratio", "adversarial_epsilon"):
-  flags.DEFINE_float(_name, _FIELDS[_name].default, f"See UciConfig.{_name}.")
+
+
+def define_flags() -> None:
+  """The binary's flags (defined on demand, so that tests can import this module beside others)."""
+  flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go.")
+  flags.DEFINE_enum("dataset", "boston_housing", sorted(data.DATASETS), "UCI dataset (the paper's names).")
+  flags.DEFINE_enum("method", "refined_vi", list(METHODS), "Method to train and evaluate.")
+  flags.DEFINE_integer("seed", 0, "Seed of the split, the initialisation and every random stream.")
+  flags.DEFINE_string("data_dir", data.default_data_dir(), "Local UCI directory (<dir>/<dataset>/data.txt); "
+                      "default $REFINED_VI_DATA_DIR/uci. Missing files are downloaded and checksummed.")
+  flags.DEFINE_bool("download", True, "Download missing files (else a missing file is an error).")
+  flags.DEFINE_enum("split", "random_80_20", list(data.SPLITS), "Split protocol (standard_90_10: split = seed).")
+  flags.DEFINE_string("refine_learning_rate_rule", "paper", f"One of {', '.join(LEARNING_RATE_RULES)}.")
+  flags.DEFINE_string("vi_checkpoint_dir", None, "Shared VI checkpoint directory (default under output_dir).")
+  for name in ("hidden_units", "batch_size", "vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary",
+               "equal_compute_steps", "elbo_num_samples", "mnf_steps", "ensemble_members", "ensemble_steps",
+               "steps_per_checkpoint"):
+    flags.DEFINE_integer(name, _FIELDS[name].default, f"See UciConfig.{name}.")
+  for name in ("learning_rate", "initial_noise_scale", "variance_ratio", "adversarial_epsilon"):
+    flags.DEFINE_float(name, _FIELDS[name].default, f"See UciConfig.{name}.")
 
 
 def main(argv):
@@ -242,4 +249,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   cli.run(main)

@@ -93,8 +93,9 @@ def paper_layout(table: pd.DataFrame) -> str:
   columns = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"), ("vi", "test_mll", "mll"),
              ("vi", "elbo", "elbo"), ("vi_equal_compute", "test_mll", None), ("refined_vi", "test_mll", "mll"),
              ("refined_vi", "elbo_aux", "elbo")]
-  header = ["Dataset"] + [f"{METHOD_TITLES[m]} {'MLL' if metric == 'test_mll' else 'ELBO_aux' if metric == 'elbo_aux' else 'ELBO'}"
-                          for m, metric, _ in columns] + ["seeds"]
+  metric_titles = {"test_mll": "MLL", "elbo": "ELBO", "elbo_aux": "ELBO_aux"}
+  header = (["Dataset"] + [f"{METHOD_TITLES[m]} {metric_titles[metric]}" for m, metric, _ in columns]
+            + ["seeds"])
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   indexed = table.set_index(["dataset", "method"])
   for dataset in sorted(table["dataset"].unique()):
@@ -106,7 +107,8 @@ def paper_layout(table: pd.DataFrame) -> str:
       row = indexed.loc[(dataset, method)]
       digits = 3 if metric == "test_mll" else 1
       ours = _cell(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), digits)
-      paper = _cell(row.get(f"paper_{paper_stem}_mean"), row.get(f"paper_{paper_stem}_std"), digits) if paper_stem else "–"
+      paper = (_cell(row.get(f"paper_{paper_stem}_mean"), row.get(f"paper_{paper_stem}_std"), digits)
+               if paper_stem else "–")
       cells.append(f"{ours}<br>({paper})")
       seeds.add(int(row["num_seeds"]))
     cells.append("/".join(str(s) for s in sorted(seeds)))
@@ -130,8 +132,9 @@ def checks(runs: pd.DataFrame, table: pd.DataFrame) -> str:
   better = [d for d in datasets if (d, "refined_vi") in indexed.index and (d, "vi") in indexed.index
             and indexed.loc[(d, "refined_vi"), "test_mll_mean"] >= indexed.loc[(d, "vi"), "test_mll_mean"]]
   compared = [d for d in datasets if (d, "refined_vi") in indexed.index and (d, "vi") in indexed.index]
+  worse = sorted(set(compared) - set(better))
   lines.append(f"- Refined VI mean MLL >= VI mean MLL on {len(better)} of {len(compared)} datasets"
-               + (f" (not on: {', '.join(sorted(set(compared) - set(better)))})" if set(compared) - set(better) else ""))
+               + (f" (not on: {', '.join(worse)})" if worse else ""))
   best = []
   for dataset in datasets:
     candidates = table[(table["dataset"] == dataset)].set_index("method")["test_mll_mean"]
