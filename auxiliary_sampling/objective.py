@@ -148,6 +148,10 @@ class ElboMaximizer(tf.Module):
     log_likelihood = self.log_likelihood_fn(labels, self.model(inputs, training=True))
     return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
+  def elbo_on_batch(self, inputs, labels) -> tf.Tensor:
+    """N * mean_batch log p(y | x, w) - KL, one value per member."""
+    return self.expected_log_likelihood_on_batch(inputs, labels) - self.kl_fn()
+
   @tf.function
   def run(self, num_steps, learning_rate, elbo_offset):
     """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs."""
