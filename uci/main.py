@@ -58,6 +58,7 @@ class UciConfig:
   learning_rate: float = 1e-3
   vi_steps: int = 30_000
   initial_noise_scale: float = 1.0
+  empirical_bayes_prior: bool = True      # learn one prior scale per weight tensor (else fixed N(0, 1))
   num_samples: int = 10
   num_auxiliary: int = 5
   variance_ratio: float = 0.7
@@ -105,12 +106,14 @@ class UciConfig:
     return self.num_samples * self.num_auxiliary * self.steps_per_auxiliary
 
 
-def mean_field_network(hidden_units: int, initial_noise_scale: float,
-                       num_members: Optional[int] = None) -> tf_keras.Sequential:
+def mean_field_network(hidden_units: int, initial_noise_scale: float, num_members: Optional[int] = None,
+                       empirical_bayes_prior: bool = True) -> tf_keras.Sequential:
   """50 ReLU units with Gaussian mean-field weights, then the learned homoscedastic noise scale."""
   return tf_keras.Sequential([
-      DenseReparameterization(hidden_units, activation="relu", num_members=num_members),
-      DenseReparameterization(1, num_members=num_members, kernel_initializer="glorot_uniform"),
+      DenseReparameterization(hidden_units, activation="relu", num_members=num_members,
+                              trainable_prior_scale=empirical_bayes_prior),
+      DenseReparameterization(1, num_members=num_members, kernel_initializer="glorot_uniform",
+                              trainable_prior_scale=empirical_bayes_prior),
       HomoscedasticNoise(num_members=num_members, initial_scale=initial_noise_scale)])
 
 
@@ -124,7 +127,8 @@ def _noise_scale(model) -> float:
 
 
 def _train_vi(config: UciConfig, split: data.RegressionData, output_dir: str):
-  model = mean_field_network(config.hidden_units, config.initial_noise_scale)
+  model = mean_field_network(config.hidden_units, config.initial_noise_scale,
+                             empirical_bayes_prior=config.empirical_bayes_prior)
   trainer = MeanFieldTrainer(model, split.x_train, split.y_train, gaussian_head_log_likelihood,
                              learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
                              steps_per_checkpoint=config.steps_per_checkpoint)
@@ -158,7 +162,8 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
     if config.method == "refined_vi":
       schedule = AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary)
       result = refine(
-          lambda members: mean_field_network(config.hidden_units, config.initial_noise_scale, members),
+          lambda members: mean_field_network(config.hidden_units, config.initial_noise_scale, members,
+                                             config.empirical_bayes_prior),
           model, x, y, gaussian_head_log_likelihood, num_samples=config.num_samples, schedule=schedule,
           steps_per_auxiliary=config.steps_per_auxiliary, learning_rate_rule=config.refine_learning_rate_rule,
           batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples)
@@ -227,6 +232,7 @@ def define_flags() -> None:
   flags.DEFINE_string("data_dir", data.default_data_dir(), "Local UCI directory (<dir>/<dataset>/data.txt); "
                       "default $REFINED_VI_DATA_DIR/uci. Missing files are downloaded and checksummed.")
   flags.DEFINE_bool("download", True, "Download missing files (else a missing file is an error).")
+  flags.DEFINE_bool("empirical_bayes_prior", True, "Learn one prior scale per weight tensor (else N(0, 1)).")
   flags.DEFINE_enum("split", "random_80_20", list(data.SPLITS), "Split protocol (standard_90_10: split = seed).")
   flags.DEFINE_string("refine_learning_rate_rule", "paper", f"One of {', '.join(LEARNING_RATE_RULES)}.")
   flags.DEFINE_string("vi_checkpoint_dir", None, "Shared VI checkpoint directory (default under output_dir).")
