@@ -19,6 +19,15 @@ from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
 
 
+def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, int], str]:
+  """Checked (filters, (kh, kw), 'SAME' | 'VALID') of a 2-D convolution layer."""
+  if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
+    raise ValueError(f"filters={filters!r} must be an integer >= 1")
+  if padding.upper() not in ("SAME", "VALID"):
+    raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
+  return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), padding.upper()
+
+
 class MeanFieldLayer(tf_keras.layers.Layer):
   """Base class: owns Gaussian mean-field parameters and a per-member noise stream."""
 
@@ -120,14 +129,8 @@ class Conv2DFlipout(MeanFieldLayer):
   def __init__(self, filters: int, kernel_size, strides=1, padding: str = "SAME", activation=None,
                num_members: Optional[int] = None, kernel_initializer="he_normal", **kwargs):
     super().__init__(num_members=num_members, **kwargs)
-    if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-      raise ValueError(f"filters={filters!r} must be an integer >= 1")
-    if padding.upper() not in ("SAME", "VALID"):
-      raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
-    self.filters = filters
-    self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
     self.strides = strides
-    self.padding = padding.upper()
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 

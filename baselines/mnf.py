@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data, layers_of
 from baselines.training import CheckpointedTraining, TrainingResult
 
@@ -273,13 +274,8 @@ class Conv2DMNF(_MNFLayer):
 
   def __init__(self, filters: int, kernel_size, strides=1, padding: str = "SAME", activation=None, **kwargs):
     super().__init__(**kwargs)
-    if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-      raise ValueError(f"filters={filters!r} must be an integer >= 1")
-    if padding.upper() not in ("SAME", "VALID"):
-      raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
-    self.filters = filters
-    self.kernel_size = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    self.strides, self.padding = strides, padding.upper()
+    self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
+    self.strides = strides
     self.activation = tf_keras.activations.get(activation)
 
   def build(self, input_shape):
