@@ -33,10 +33,15 @@ BENCHMARK_TABLES = {"uci": "uci/table.md"}
 KEYS = ["benchmark", "dataset", "method"]
 
 
+ABLATIONS_DIR = "ablations"   # runs that vary a setting; each has its own table, kept out of the main report
+
+
 def load_results(results_dir: str) -> pd.DataFrame:
-  """One row per results.json: the keys, scalar metrics and timings, and the file's path."""
+  """One row per results.json (outside `ablations/` folders): keys, scalar metrics and timings, path."""
   rows = []
   for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
+    if ABLATIONS_DIR in os.path.relpath(path, results_dir).split(os.sep):
+      continue
     with open(path) as stream:
       payload = json.load(stream)
     row = {key: payload.get(key) for key in KEYS + ["seed", "git_commit"]}
