@@ -24,6 +24,11 @@ from auxiliary_sampling.noise import AddWeight, _default_add_weight
 INITIAL_UNTRANSFORMED_POSTERIOR_SCALE = -7.0
 
 
+def inverse_softplus(value: float) -> float:
+  """The untransformed parameter u with softplus(u) = value (value > 0)."""
+  return float(np.log(np.expm1(value)))
+
+
 def _constant_initializer(value: float):
   return lambda shape, dtype=None, **_: tf.fill(shape, tf.cast(value, dtype or tf.float32))
 

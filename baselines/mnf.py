@@ -33,16 +33,13 @@ import tf_keras
 
 from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data, layers_of
+from auxiliary_sampling.parameters import inverse_softplus
 from baselines.training import CheckpointedTraining, TrainingResult
 
 tfb = tfp.bijectors
 
 INITIAL_WEIGHT_SCALE = math.exp(-4.5)    # log-variance -9, as MNF initialises it
 INITIAL_Z_VARIANCE = 0.1
-
-
-def _inverse_softplus(value: float) -> float:
-  return float(np.log(np.expm1(value)))
 
 
 def coupling_mask(dimension: int, rng: np.random.Generator) -> np.ndarray:
@@ -162,16 +159,16 @@ class _MNFLayer(tf_keras.layers.Layer):
     self.kernel_loc = self.add_weight(name="kernel_loc", shape=kernel_shape, initializer=self.kernel_initializer)
     self.untransformed_kernel_scale = self.add_weight(
         name="untransformed_kernel_scale", shape=kernel_shape,
-        initializer=tf_keras.initializers.Constant(_inverse_softplus(INITIAL_WEIGHT_SCALE)))
+        initializer=tf_keras.initializers.Constant(inverse_softplus(INITIAL_WEIGHT_SCALE)))
     self.bias_loc = self.add_weight(name="bias_loc", shape=[bias_units], initializer="zeros")
     self.untransformed_bias_scale = self.add_weight(
         name="untransformed_bias_scale", shape=[bias_units],
-        initializer=tf_keras.initializers.Constant(_inverse_softplus(INITIAL_WEIGHT_SCALE)))
+        initializer=tf_keras.initializers.Constant(inverse_softplus(INITIAL_WEIGHT_SCALE)))
     self.z_loc = self.add_weight(name="z_loc", shape=[z_dimension],
                                  initializer=tf_keras.initializers.RandomNormal(1.0, 0.01, seed=self.seed))
     self.untransformed_z_scale = self.add_weight(
         name="untransformed_z_scale", shape=[z_dimension],
-        initializer=tf_keras.initializers.Constant(_inverse_softplus(math.sqrt(INITIAL_Z_VARIANCE))))
+        initializer=tf_keras.initializers.Constant(inverse_softplus(math.sqrt(INITIAL_Z_VARIANCE))))
     normal_one = tf_keras.initializers.RandomNormal(1.0, 0.01, seed=self.seed + 1)
     self.reverse_projection = self.add_weight(name="reverse_projection", shape=[z_dimension], initializer=normal_one)
     self.reverse_mean_weights = self.add_weight(name="reverse_mean_weights", shape=[z_dimension],

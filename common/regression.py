@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.predictive import gaussian_log_likelihood, predictive_log_likelihood
 
 MINIMUM_SCALE = 1e-3   # of a standardised target; keeps early steps finite
-
-
-def inverse_softplus(value: float) -> float:
-  return float(np.log(np.expm1(value)))
 
 
 class HomoscedasticNoise(tf_keras.layers.Layer):

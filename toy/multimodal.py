@@ -23,6 +23,7 @@ from absl import flags
 
 from auxiliary_sampling.layers import GaussianSample
 from auxiliary_sampling.objective import estimate_elbo
+from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
@@ -108,7 +109,7 @@ def _model(num_members=None):
   # Untransformed scale softplus^-1(1): VI starts from the prior N(0, 1).
   return tf_keras.Sequential([GaussianSample([1], num_members=num_members, prior_scale=1.0,
                                              trainable_prior_scale=False,
-                                             untransformed_scale_init=float(np.log(np.expm1(1.0))))])
+                                             untransformed_scale_init=inverse_softplus(1.0))])
 
 
 def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict:

@@ -149,7 +149,6 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
   if config.method in ("vi", "refined_vi", "vi_equal_compute"):
     model, trainer, training = _train_vi(config, split, output_dir)
     timings["train_seconds"] = training.train_seconds
-    metrics["noise_scale"] = _noise_scale(model) * split.target_std
     metrics["vi_resumed_from_step"] = training.resumed_from_step
     if config.method == "vi_equal_compute":
       total_steps = config.vi_steps + config.extra_vi_steps
@@ -158,7 +157,7 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
                                  summary_dir=os.path.join(output_dir, "summaries", "extra"))
         timings["extra_train_seconds"] = extended.train_seconds - training.train_seconds
       metrics["total_vi_steps"] = total_steps
-      metrics["noise_scale"] = _noise_scale(model) * split.target_std
+    metrics["noise_scale"] = _noise_scale(model) * split.target_std   # after any extra training
     if config.method == "refined_vi":
       schedule = AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary)
       result = refine(
