@@ -28,6 +28,67 @@ def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, 
   return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), padding.upper()
 
 
+def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
+  """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels (member m with kernel m) as one grouped
+  convolution, -> [M, B, H', W', F]."""
+  members, channels, filters = kernels.shape[0], kernels.shape[-2], kernels.shape[-1]
+  batch_shape = tf.shape(inputs)
+  grouped_inputs = tf.reshape(tf.transpose(inputs, [1, 2, 3, 0, 4]),
+                              tf.concat([batch_shape[1:4], [members * channels]], 0))
+  grouped_kernel = tf.reshape(tf.transpose(kernels, [1, 2, 3, 0, 4]),
+                              list(kernels.shape[1:3]) + [channels, members * filters])
+  outputs = tf.nn.conv2d(grouped_inputs, grouped_kernel, strides, padding)
+  out_shape = tf.shape(outputs)
+  outputs = tf.reshape(outputs, tf.concat([out_shape[:3], [members, filters]], 0))
+  return tf.transpose(outputs, [3, 0, 1, 2, 4])
+
+
+class MaxPool2D(tf_keras.layers.Layer):
+  """2-D max-pooling of [..., H, W, C] inputs with any number of leading (member, batch) axes."""
+
+  def __init__(self, pool_size: int = 2, strides: Optional[int] = None, padding: str = "VALID", **kwargs):
+    super().__init__(**kwargs)
+    self.pool_size, self.strides = pool_size, strides or pool_size
+    self.padding = conv_arguments(1, pool_size, padding)[2]
+
+  def call(self, inputs):
+    leading = tf.shape(inputs)[:-3]
+    folded = tf.reshape(inputs, tf.concat([[-1], tf.shape(inputs)[-3:]], 0))
+    pooled = tf.nn.max_pool2d(folded, self.pool_size, self.strides, self.padding)
+    return tf.reshape(pooled, tf.concat([leading, tf.shape(pooled)[1:]], 0))
+
+
+class FlattenImage(tf_keras.layers.Layer):
+  """[..., H, W, C] -> [..., H * W * C], keeping any leading (member, batch) axes."""
+
+  def call(self, inputs):
+    height, width, channels = inputs.shape[-3:]
+    return tf.reshape(inputs, tf.concat([tf.shape(inputs)[:-3], [height * width * channels]], 0))
+
+
+class LayerChain(tf_keras.layers.Layer):
+  """Applies layers in order, like `tf_keras.Sequential` but without its input conforming.
+
+  A Sequential model built on [batch, ..., 1] inputs silently squeezes the
+  trailing axis of later [members, batch, ..., 1] inputs (grey-scale images
+  with a member axis); a chain passes inputs through unchanged.
+  """
+
+  def __init__(self, layers: Sequence[tf_keras.layers.Layer], **kwargs):
+    super().__init__(**kwargs)
+    self.chain = list(layers)
+
+  @property
+  def layers(self) -> list[tf_keras.layers.Layer]:
+    return list(self.chain)
+
+  def call(self, inputs, training=None):
+    outputs = inputs
+    for layer in self.chain:
+      outputs = layer(outputs, training=training)
+    return outputs
+
+
 class MeanFieldLayer(tf_keras.layers.Layer):
   """Base class: owns Gaussian mean-field parameters and a per-member noise stream."""
 
@@ -143,19 +204,9 @@ class Conv2DFlipout(MeanFieldLayer):
     super().build(input_shape)
 
   def _convolve(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels as one grouped convolution."""
     if self.num_members is None:
       return tf.nn.conv2d(inputs, kernel, self.strides, self.padding)
-    members, channels = self.num_members, inputs.shape[-1]
-    batch_shape = tf.shape(inputs)
-    grouped_inputs = tf.reshape(tf.transpose(inputs, [1, 2, 3, 0, 4]),
-                                tf.concat([batch_shape[1:4], [members * channels]], 0))
-    grouped_kernel = tf.reshape(tf.transpose(kernel, [1, 2, 3, 0, 4]),
-                                list(self.kernel_size) + [channels, members * self.filters])
-    outputs = tf.nn.conv2d(grouped_inputs, grouped_kernel, self.strides, self.padding)
-    out_shape = tf.shape(outputs)
-    outputs = tf.reshape(outputs, tf.concat([out_shape[:3], [members, self.filters]], 0))
-    return tf.transpose(outputs, [3, 0, 1, 2, 4])
+    return member_conv2d(inputs, kernel, self.strides, self.padding)
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)

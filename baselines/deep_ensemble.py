@@ -16,11 +16,29 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
 from baselines.training import CheckpointedTraining, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
+
+
+def _positive_int(name: str, value) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f"{name}={value!r} must be an integer >= 1")
+  return value
+
+
+def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
+  """An initializer of [M, *member_shape] that draws each member as a separate layer would, from its own seed."""
+  config = initializer.get_config()
+
+  def initialize(shape, dtype=None):
+    member_initializers = [type(initializer).from_config({**config, "seed": derived_seed(seed, m)})
+                           for m in range(shape[0])]
+    return tf.stack([member_initializer(member_shape, dtype) for member_initializer in member_initializers])
+  return initialize
 
 
 class MemberDense(tf_keras.layers.Layer):
@@ -30,26 +48,15 @@ class MemberDense(tf_keras.layers.Layer):
                seed: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-      raise ValueError(f"units={units!r} must be an integer >= 1")
-    if isinstance(num_members, bool) or not isinstance(num_members, int) or num_members < 1:
-      raise ValueError(f"num_members={num_members!r} must be an integer >= 1")
-    self.units, self.num_members = units, num_members
+    self.units, self.num_members = _positive_int("units", units), _positive_int("num_members", num_members)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
   def build(self, input_shape):
     input_dim = int(input_shape[-1])
-    config = self.kernel_initializer.get_config()
-
-    def independent_members(shape, dtype=None):
-      """Each member's kernel drawn as a separate [in, out] layer's would be, from its own seed."""
-      member_initializers = [type(self.kernel_initializer).from_config({**config, "seed": derived_seed(self.seed, m)})
-                             for m in range(self.num_members)]
-      return tf.stack([initializer([input_dim, self.units], dtype) for initializer in member_initializers])
-
-    self.kernel = self.add_weight(name="kernel", shape=[self.num_members, input_dim, self.units],
-                                  initializer=independent_members)
+    self.kernel = self.add_weight(
+        name="kernel", shape=[self.num_members, input_dim, self.units],
+        initializer=independent_member_initializer(self.kernel_initializer, self.seed, [input_dim, self.units]))
     self.bias = self.add_weight(name="bias", shape=[self.num_members, self.units], initializer="zeros")
     super().build(input_shape)
 
@@ -60,6 +67,37 @@ class MemberDense(tf_keras.layers.Layer):
     elif inputs.shape.rank != 3:
       raise ValueError(f"{self.name}: expected [batch, in] or [members, batch, in] inputs, got {inputs.shape}")
     return self.activation(tf.einsum("mbi,miu->mbu", inputs, self.kernel) + self.bias[:, tf.newaxis, :])
+
+
+class MemberConv2D(tf_keras.layers.Layer):
+  """A 2-D convolution (NHWC) with an independent kernel and bias per member: [M?, B, H, W, C] -> [M, B, H', W', F]."""
+
+  def __init__(self, filters: int, kernel_size, num_members: int, strides=1, padding: str = "SAME",
+               activation=None, kernel_initializer="he_normal", seed: Optional[int] = None, **kwargs):
+    super().__init__(**kwargs)
+    self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
+    self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
+    self.num_members, self.strides = _positive_int("num_members", num_members), strides
+    self.activation = tf_keras.activations.get(activation)
+    self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
+
+  def build(self, input_shape):
+    member_shape = list(self.kernel_size) + [int(input_shape[-1]), self.filters]
+    self.kernel = self.add_weight(
+        name="kernel", shape=[self.num_members] + member_shape,
+        initializer=independent_member_initializer(self.kernel_initializer, self.seed, member_shape))
+    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.filters], initializer="zeros")
+    super().build(input_shape)
+
+  def call(self, inputs):
+    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    if inputs.shape.rank == 4:
+      inputs = tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
+    elif inputs.shape.rank != 5:
+      raise ValueError(f"{self.name}: expected [batch, H, W, C] or [members, batch, H, W, C] inputs, "
+                       f"got {inputs.shape}")
+    outputs = member_conv2d(inputs, self.kernel, self.strides, self.padding)
+    return self.activation(outputs + self.bias[:, None, None, None, :])
 
 
 class HeteroscedasticGaussianHead(tf_keras.layers.Layer):

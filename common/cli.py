@@ -52,3 +52,24 @@ def require(condition: bool, message: str) -> None:
   if not condition:
     raise UsageError(message)
 
+
+
+def define_config_flags(config_class, exclude=()) -> None:
+  """One absl flag per field of a config dataclass (type from the default: bool, int, float, else string).
+
+  Fields named in `exclude` are left to the binary (enums, paths with their own defaults).
+  """
+  import dataclasses
+  for field in dataclasses.fields(config_class):
+    if field.name in exclude:
+      continue
+    default = field.default
+    help_text = f"See {config_class.__name__}.{field.name}."
+    if isinstance(default, bool):
+      flags.DEFINE_bool(field.name, default, help_text)
+    elif isinstance(default, int):
+      flags.DEFINE_integer(field.name, default, help_text)
+    elif isinstance(default, float):
+      flags.DEFINE_float(field.name, default, help_text)
+    else:
+      flags.DEFINE_string(field.name, default, help_text)

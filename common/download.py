@@ -66,5 +66,10 @@ def locate(relative_path: str, sha256: str, url: str, data_dir: Optional[str] = 
       return verify(candidate, sha256)
   cached = os.path.join(cache_dir or DEFAULT_CACHE_DIR, relative_path)
   if os.path.exists(cached) or download:
-    return fetch(url, cached, sha256)
+    try:
+      return fetch(url, cached, sha256)
+    except OSError as error:
+      if data_dir and not os.path.exists(cached):
+        raise OSError(f"{os.path.join(data_dir, relative_path)} is missing and downloading failed: {error}") from error
+      raise
   raise OSError(f"{relative_path} is not in {data_dir or 'the data directory'} and downloading is off")

@@ -31,11 +31,8 @@ import tf_keras
 from absl import flags
 
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.objective import estimate_elbo
-from auxiliary_sampling.refine import refine
-from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from baselines import deep_ensemble, mnf
-from baselines.vi import MeanFieldTrainer
+from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli
 from common.regression import HomoscedasticNoise, gaussian_head_log_likelihood, regression_metrics
 from common.results import write_results
@@ -46,32 +43,18 @@ METHODS = ("vi", "refined_vi", "vi_equal_compute", "mnf", "deep_ensemble")
 
 
 @dataclasses.dataclass
-class UciConfig:
+class UciConfig(RefinedViConfig):
   dataset: str = "boston_housing"
   method: str = "refined_vi"
-  seed: int = 0
   data_dir: Optional[str] = None
   download: bool = True
   split: str = "random_80_20"
   hidden_units: int = 50
-  batch_size: int = 256
-  learning_rate: float = 1e-3
-  vi_steps: int = 30_000
   initial_noise_scale: float = 1.0
-  empirical_bayes_prior: bool = True      # learn one prior scale per weight tensor (else fixed N(0, 1))
-  num_samples: int = 10
-  num_auxiliary: int = 5
-  variance_ratio: float = 0.7
-  steps_per_auxiliary: int = 200
-  refine_learning_rate_rule: str = "paper"
-  equal_compute_steps: int = -1          # -1: num_samples * num_auxiliary * steps_per_auxiliary
-  elbo_num_samples: int = 10
   mnf_steps: int = 30_000
   ensemble_members: int = 10
   ensemble_steps: int = 5_000
   adversarial_epsilon: float = 0.01
-  vi_checkpoint_dir: Optional[str] = None
-  steps_per_checkpoint: int = 5_000
 
   def check(self) -> None:
     """Raises ValueError naming the first bad value and what is allowed."""
@@ -80,30 +63,13 @@ class UciConfig:
       raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHODS)}")
     if self.split not in data.SPLITS:
       raise ValueError(f"unknown split {self.split!r}; allowed: {', '.join(data.SPLITS)}")
-    if self.refine_learning_rate_rule not in LEARNING_RATE_RULES:
-      raise ValueError(f"unknown refine_learning_rate_rule {self.refine_learning_rate_rule!r}; allowed: "
-                       f"{', '.join(LEARNING_RATE_RULES)}")
-    for name in ("hidden_units", "batch_size", "vi_steps", "num_samples", "num_auxiliary", "elbo_num_samples",
-                 "mnf_steps", "ensemble_members", "ensemble_steps", "steps_per_checkpoint"):
+    self.check_vi_family()
+    for name in ("hidden_units", "mnf_steps", "ensemble_members", "ensemble_steps"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
-    if self.seed < 0:
-      raise ValueError(f"seed={self.seed} must be >= 0")
-    if self.steps_per_auxiliary < 0:
-      raise ValueError(f"steps_per_auxiliary={self.steps_per_auxiliary} must be >= 0")
-    if not 0 < self.variance_ratio < 1:
-      raise ValueError(f"variance_ratio={self.variance_ratio} must be in (0, 1)")
-    if not self.learning_rate > 0 or not self.initial_noise_scale > 0 or self.adversarial_epsilon < 0:
-      raise ValueError(f"learning_rate={self.learning_rate} and initial_noise_scale={self.initial_noise_scale} "
-                       f"must be > 0 and adversarial_epsilon={self.adversarial_epsilon} >= 0")
-    if self.equal_compute_steps < -1:
-      raise ValueError(f"equal_compute_steps={self.equal_compute_steps} must be >= 0 (or -1 for M * K * T)")
-
-  @property
-  def extra_vi_steps(self) -> int:
-    if self.equal_compute_steps >= 0:
-      return self.equal_compute_steps
-    return self.num_samples * self.num_auxiliary * self.steps_per_auxiliary
+    if not self.initial_noise_scale > 0 or self.adversarial_epsilon < 0:
+      raise ValueError(f"initial_noise_scale={self.initial_noise_scale} must be > 0 and "
+                       f"adversarial_epsilon={self.adversarial_epsilon} >= 0")
 
 
 def mean_field_network(hidden_units: int, initial_noise_scale: float, num_members: Optional[int] = None,
@@ -126,18 +92,6 @@ def _noise_scale(model) -> float:
   return float(np.mean([layer.noise_scale.numpy() for layer in model.layers if isinstance(layer, HomoscedasticNoise)]))
 
 
-def _train_vi(config: UciConfig, split: data.RegressionData, output_dir: str):
-  model = mean_field_network(config.hidden_units, config.initial_noise_scale,
-                             empirical_bayes_prior=config.empirical_bayes_prior)
-  trainer = MeanFieldTrainer(model, split.x_train, split.y_train, gaussian_head_log_likelihood,
-                             learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
-                             steps_per_checkpoint=config.steps_per_checkpoint)
-  checkpoint_dir = config.vi_checkpoint_dir or os.path.join(output_dir, "checkpoints", "vi")
-  training = trainer.train(config.vi_steps, checkpoint_dir=checkpoint_dir,
-                           summary_dir=os.path.join(output_dir, "summaries", "vi"))
-  return model, trainer, training
-
-
 def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -> tuple[dict, dict]:
   """Trains and evaluates one method; returns (metrics, timings)."""
   x, y = split.x_train, split.y_train
@@ -145,40 +99,18 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
   def evaluate(outputs):
     return regression_metrics(outputs, split.y_test_original, split.target_mean, split.target_std)
 
+  if config.method in VI_FAMILY:
+    run = run_vi_family(
+        config.method, config,
+        lambda members: mean_field_network(config.hidden_units, config.initial_noise_scale, members,
+                                           config.empirical_bayes_prior),
+        x, y, gaussian_head_log_likelihood, output_dir)
+    metrics, timings = run.metrics, run.timings
+    metrics["noise_scale"] = _noise_scale(run.model) * split.target_std   # after any extra training
+    metrics.update(evaluate(run.sample_outputs(split.x_test)))
+    return metrics, timings
   metrics, timings = {}, {}
-  if config.method in ("vi", "refined_vi", "vi_equal_compute"):
-    model, trainer, training = _train_vi(config, split, output_dir)
-    timings["train_seconds"] = training.train_seconds
-    metrics["vi_resumed_from_step"] = training.resumed_from_step
-    if config.method == "vi_equal_compute":
-      total_steps = config.vi_steps + config.extra_vi_steps
-      if config.extra_vi_steps:
-        extended = trainer.train(total_steps, checkpoint_dir=os.path.join(output_dir, "checkpoints", "extra"),
-                                 summary_dir=os.path.join(output_dir, "summaries", "extra"))
-        timings["extra_train_seconds"] = extended.train_seconds - training.train_seconds
-      metrics["total_vi_steps"] = total_steps
-    metrics["noise_scale"] = _noise_scale(model) * split.target_std   # after any extra training
-    if config.method == "refined_vi":
-      schedule = AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary)
-      result = refine(
-          lambda members: mean_field_network(config.hidden_units, config.initial_noise_scale, members,
-                                             config.empirical_bayes_prior),
-          model, x, y, gaussian_head_log_likelihood, num_samples=config.num_samples, schedule=schedule,
-          steps_per_auxiliary=config.steps_per_auxiliary, learning_rate_rule=config.refine_learning_rate_rule,
-          batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples)
-      metrics.update(evaluate(result.model(split.x_test)))
-      metrics["elbo"] = float(estimate_elbo(model, x, y, gaussian_head_log_likelihood,
-                                            num_samples=config.elbo_num_samples))
-      metrics["elbo_aux"] = result.elbo_aux_estimate
-      metrics["elbo_aux_std"] = float(np.std(result.elbo_aux))
-      metrics["elbo_start_members"] = result.initial_elbo_estimate
-      timings["refine_seconds"] = result.timings["refine_seconds"]
-      timings["refine_total_seconds"] = result.timings["total_seconds"]
-    else:
-      metrics.update(evaluate(_draws(model, split.x_test, config.num_samples)))
-      metrics["elbo"] = float(estimate_elbo(model, x, y, gaussian_head_log_likelihood,
-                                            num_samples=config.elbo_num_samples))
-  elif config.method == "mnf":
+  if config.method == "mnf":
     mean_network = mnf.regression_mnf(config.hidden_units, seed=config.seed)
     model = tf_keras.Sequential(mean_network.layers + [HomoscedasticNoise(initial_scale=config.initial_noise_scale)])
     training = mnf.train_mnf(model, x, y, gaussian_head_log_likelihood, num_steps=config.mnf_steps,
@@ -231,16 +163,10 @@ def define_flags() -> None:
   flags.DEFINE_string("data_dir", data.default_data_dir(), "Local UCI directory (<dir>/<dataset>/data.txt); "
                       "default $REFINED_VI_DATA_DIR/uci. Missing files are downloaded and checksummed.")
   flags.DEFINE_bool("download", True, "Download missing files (else a missing file is an error).")
-  flags.DEFINE_bool("empirical_bayes_prior", True, "Learn one prior scale per weight tensor (else N(0, 1)).")
   flags.DEFINE_enum("split", "random_80_20", list(data.SPLITS), "Split protocol (standard_90_10: split = seed).")
-  flags.DEFINE_string("refine_learning_rate_rule", "paper", f"One of {', '.join(LEARNING_RATE_RULES)}.")
   flags.DEFINE_string("vi_checkpoint_dir", None, "Shared VI checkpoint directory (default under output_dir).")
-  for name in ("hidden_units", "batch_size", "vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary",
-               "equal_compute_steps", "elbo_num_samples", "mnf_steps", "ensemble_members", "ensemble_steps",
-               "steps_per_checkpoint"):
-    flags.DEFINE_integer(name, _FIELDS[name].default, f"See UciConfig.{name}.")
-  for name in ("learning_rate", "initial_noise_scale", "variance_ratio", "adversarial_epsilon"):
-    flags.DEFINE_float(name, _FIELDS[name].default, f"See UciConfig.{name}.")
+  cli.define_config_flags(UciConfig, exclude=("dataset", "method", "seed", "data_dir", "download", "split",
+                                              "vi_checkpoint_dir"))
 
 
 def main(argv):
