@@ -104,3 +104,11 @@ def save_figure(figure, path: str) -> None:
   """Saves a matplotlib figure as PNG, atomically."""
   with atomic_output(path) as temporary:
     figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
+
+
+def write_csv_atomically(path: str, columns: Mapping[str, Any]) -> None:
+  """Writes equal-length columns (name -> 1-D sequence) as a CSV file with a header, atomically."""
+  import pandas as pd  # on demand: binaries that write no CSV do not pay for the import
+  frame = pd.DataFrame({name: list(values) for name, values in columns.items()})
+  with atomic_output(path) as temporary:
+    frame.to_csv(temporary, index=False)

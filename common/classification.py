@@ -1,0 +1,63 @@
+"""Classification metrics of a predictive built from M posterior samples (or ensemble members).
+
+The predictive is p(y | x) = (1/M) sum_m softmax(logits_m)(y); every metric is
+a function of its per-class log-probabilities [N, C]: MLL (the mean log
+predictive probability of the label), accuracy, the multi-class Brier score
+(mean over examples of sum_c (p_c - 1[y = c])^2) and the expected calibration
+error (15 equal-width confidence bins, Guo et al. 2017).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from auxiliary_sampling.predictive import log_mean_exp
+
+NUM_CALIBRATION_BINS = 15
+
+
+def predictive_log_probabilities(member_logits) -> tf.Tensor:
+  """[N, C] log (1/M) sum_m softmax(logits_m) from [M, N, C] logits (or [N, C] for one model)."""
+  member_logits = tf.convert_to_tensor(member_logits)
+  log_probabilities = tf.nn.log_softmax(member_logits, axis=-1)
+  if member_logits.shape.rank == 2:
+    return log_probabilities
+  return log_mean_exp(log_probabilities, axis=0)
+
+
+def predict_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Tensor], dataset: tf.data.Dataset) -> np.ndarray:
+  """Predictive log-probabilities [N, C] over a batched (images, labels) dataset, batch by batch."""
+  predict = tf.function(lambda images: predictive_log_probabilities(sample_logits(images)), reduce_retracing=True)
+  return np.concatenate([predict(images).numpy() for images, _ in dataset])
+
+
+def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray,
+                               num_bins: int = NUM_CALIBRATION_BINS) -> float:
+  """sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width bins of the top-class probability."""
+  confidence = probabilities.max(axis=1)
+  correct = probabilities.argmax(axis=1) == labels
+  bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
+  error = 0.0
+  for b in range(num_bins):
+    in_bin = bins == b
+    if in_bin.any():
+      error += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
+  return float(error)
+
+
+def classification_metrics(log_probabilities, labels) -> dict[str, float]:
+  """test_mll, test_accuracy, brier and ece of a predictive's [N, C] log-probabilities."""
+  log_probabilities = np.asarray(log_probabilities, np.float64)
+  labels = np.asarray(labels).astype(np.int64)
+  if log_probabilities.ndim != 2 or len(log_probabilities) != len(labels):
+    raise ValueError(f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
+  probabilities = np.exp(log_probabilities)
+  one_hot = np.eye(log_probabilities.shape[1])[labels]
+  return {
+      "test_mll": float(np.mean(log_probabilities[np.arange(len(labels)), labels])),
+      "test_accuracy": float(np.mean(probabilities.argmax(axis=1) == labels)),
+      "brier": float(np.mean(np.sum(np.square(probabilities - one_hot), axis=1))),
+      "ece": expected_calibration_error(probabilities, labels),
+  }

@@ -1,0 +1,237 @@
+"""Image classification data: MNIST, Fashion-MNIST and CIFAR-10, standardised, in memory.
+
+Sources, in order: a local directory (`<dir>/<name>/...` or the files directly
+in `<dir>`), then the download cache, then the files' published URLs, every
+file checked against its pinned sha256 (the digests TFDS pins for the same
+URLs); or, with `source="tfds"`, `tensorflow_datasets`. MNIST and
+Fashion-MNIST are the original gzipped IDX files; CIFAR-10 is the standard
+`cifar-10-batches-bin` (binary) or `cifar-10-batches-py` (pickled) folder,
+or the binary archive, which is downloaded and unpacked. A local CIFAR-10
+folder has no published per-file digests, so its files are checked for the
+format instead (sizes, record counts, label range).
+
+As in the authors' code, pixels are scaled to [0, 1] and standardised per
+channel with the training set's mean and standard deviation; no augmentation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import pickle
+import tarfile
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from common import download
+
+DATASETS = ("mnist", "fashion_mnist", "cifar10")
+SOURCES = ("files", "tfds")
+NUM_CLASSES = 10
+
+_IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+              "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+_IDX_SOURCES = {
+    "mnist": ("https://storage.googleapis.com/cvdf-datasets/mnist/", {
+        "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"}),
+    "fashion_mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", {
+        "train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+        "train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+        "t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+        "t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"}),
+}
+# Debian's dataset-fashion-mnist package installs the same four files here.
+_SYSTEM_DIRS = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
+_CIFAR10_ARCHIVE = ("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+                    "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd")
+_CIFAR10_BIN_TRAIN = [f"data_batch_{i}.bin" for i in range(1, 6)]
+_CIFAR10_PY_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+_CIFAR10_RECORD_BYTES = 1 + 32 * 32 * 3
+
+
+@dataclasses.dataclass
+class ImageData:
+  """Standardised images [N, H, W, C] float32 and integer labels [N]."""
+
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  channel_mean: np.ndarray   # of the [0, 1]-scaled training pixels, per channel
+  channel_std: np.ndarray
+
+
+def check_name(dataset: str) -> str:
+  if dataset not in DATASETS:
+    raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(DATASETS)}")
+  return dataset
+
+
+def default_data_dir() -> Optional[str]:
+  root = os.environ.get("REFINED_VI_DATA_DIR")
+  return root or None
+
+
+def read_idx(path: str, expected_magic: int) -> np.ndarray:
+  """An array from a gzipped IDX file (big-endian header: magic, then one uint32 per dimension)."""
+  try:
+    with gzip.open(path, "rb") as handle:
+      content = handle.read()
+  except (OSError, EOFError) as error:
+    raise OSError(f"{path} is not a readable gzip file ({error})") from error
+  magic = int.from_bytes(content[:4], "big") if len(content) >= 4 else None
+  if magic != expected_magic:
+    raise OSError(f"{path}: wrong magic number {magic if magic is None else hex(magic)}, expected "
+                  f"{hex(expected_magic)} (an IDX {'image' if expected_magic == 0x803 else 'label'} file)")
+  rank = expected_magic & 0xFF
+  shape = [int.from_bytes(content[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
+  header = 4 + 4 * rank
+  if len(content) != header + int(np.prod(shape)):
+    raise OSError(f"{path}: {len(content) - header} data bytes, the header's shape {shape} needs "
+                  f"{int(np.prod(shape))} (truncated or corrupt file)")
+  return np.frombuffer(content, np.uint8, offset=header).reshape(shape)
+
+
+def _idx_path(dataset: str, name: str, data_dir: Optional[str], cache_dir: Optional[str], download_allowed: bool):
+  url, digests = _IDX_SOURCES[dataset]
+  candidates = [os.path.join(data_dir, name), os.path.join(data_dir, dataset, name)] if data_dir else []
+  if dataset in _SYSTEM_DIRS:
+    candidates.append(os.path.join(_SYSTEM_DIRS[dataset], name))
+  for candidate in candidates:
+    if os.path.exists(candidate):
+      return download.verify(candidate, digests[name])
+  return download.locate(os.path.join(dataset, name), digests[name], url + name, data_dir, cache_dir,
+                         download_allowed)
+
+
+def _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed):
+  paths = [_idx_path(dataset, name, data_dir, cache_dir, download_allowed) for name in _IDX_FILES]
+  arrays = [read_idx(path, 0x803 if "images" in path else 0x801) for path in paths]
+  for images, labels, path in ((arrays[0], arrays[1], paths[1]), (arrays[2], arrays[3], paths[3])):
+    if len(images) != len(labels):
+      raise OSError(f"{path}: {len(labels)} labels for {len(images)} images")
+  return arrays[0][..., None], arrays[1], arrays[2][..., None], arrays[3]
+
+
+def _check_labels(labels: np.ndarray, path: str) -> np.ndarray:
+  if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+    raise OSError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
+  return labels
+
+
+def _read_cifar_bin(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """One `data_batch_*.bin`: records of 1 label byte + 3072 pixel bytes (channel-major 32x32)."""
+  raw = np.fromfile(path, np.uint8)
+  if raw.size == 0 or raw.size % _CIFAR10_RECORD_BYTES:
+    raise OSError(f"{path}: {raw.size} bytes is not a whole number of {_CIFAR10_RECORD_BYTES}-byte CIFAR-10 "
+                  "records (truncated or not a CIFAR-10 binary batch)")
+  records = raw.reshape(-1, _CIFAR10_RECORD_BYTES)
+  images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  return images, _check_labels(records[:, 0].astype(np.int64), path)
+
+
+def _read_cifar_py(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """One pickled `data_batch_*`: {b'data': uint8 [N, 3072], b'labels': [N]}."""
+  try:
+    with open(path, "rb") as handle:
+      batch = pickle.load(handle, encoding="bytes")
+    data, labels = np.asarray(batch[b"data"], np.uint8), np.asarray(batch[b"labels"], np.int64)
+  except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+    raise OSError(f"{path} is not a CIFAR-10 python batch ({type(error).__name__}: {error})") from error
+  if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
+    raise OSError(f"{path}: data of shape {data.shape} with {len(labels)} labels; expected [N, 3072] and N labels")
+  return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), _check_labels(labels, path)
+
+
+def _cifar_folder(data_dir: Optional[str]) -> Optional[tuple[str, str]]:
+  """(folder, 'bin' | 'py') of a local CIFAR-10 copy, if any."""
+  if not data_dir:
+    return None
+  for root in (os.path.join(data_dir, "cifar10"), data_dir):
+    for kind in ("bin", "py"):
+      folder = os.path.join(root, f"cifar-10-batches-{kind}")
+      if os.path.isdir(folder):
+        return folder, kind
+  return None
+
+
+def _load_cifar10(data_dir, cache_dir, download_allowed):
+  found = _cifar_folder(data_dir)
+  if found is None:
+    cache = cache_dir or download.DEFAULT_CACHE_DIR
+    found = _cifar_folder(os.path.join(cache, "cifar10"))
+    if found is None:
+      archive = download.locate(os.path.join("cifar10", "cifar-10-binary.tar.gz"), _CIFAR10_ARCHIVE[1],
+                                _CIFAR10_ARCHIVE[0], None, cache_dir, download_allowed)
+      with tarfile.open(archive) as tar:
+        tar.extractall(os.path.dirname(archive), filter="data")
+      found = _cifar_folder(os.path.join(cache, "cifar10"))
+  folder, kind = found
+  reader = _read_cifar_bin if kind == "bin" else _read_cifar_py
+  train_names, test_name = (_CIFAR10_BIN_TRAIN, "test_batch.bin") if kind == "bin" else (_CIFAR10_PY_TRAIN,
+                                                                                         "test_batch")
+  parts = []
+  for name in train_names + [test_name]:
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+      raise OSError(f"{path} is missing (a CIFAR-10 folder needs {', '.join(train_names)} and {test_name})")
+    parts.append(reader(path))
+  x_train = np.concatenate([images for images, _ in parts[:-1]])
+  y_train = np.concatenate([labels for _, labels in parts[:-1]])
+  return x_train, y_train, parts[-1][0], parts[-1][1]
+
+
+def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
+  import tensorflow_datasets as tfds  # imported on demand: slow, and only this source needs it
+  arrays = []
+  for split in ("train", "test"):
+    images, labels = tfds.as_numpy(tfds.load(dataset, split=split, batch_size=-1, as_supervised=True,
+                                             data_dir=data_dir, download=download_allowed))
+    arrays += [images, labels.astype(np.int64)]
+  return tuple(arrays)
+
+
+def standardise(x_train: np.ndarray, x_test: np.ndarray):
+  """[0, 1]-scaled pixels standardised per channel with the training set's statistics."""
+  train = x_train.astype(np.float32) / 255.0
+  test = x_test.astype(np.float32) / 255.0
+  mean = train.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+  std = train.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+  std = np.where(std > 0, std, 1.0).astype(np.float32)
+  return (train - mean) / std, (test - mean) / std, mean, std
+
+
+def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True, source: str = "files",
+         cache_dir: Optional[str] = None) -> ImageData:
+  """The standardised train and test sets of `dataset`."""
+  check_name(dataset)
+  if source not in SOURCES:
+    raise ValueError(f"unknown source {source!r}; allowed: {', '.join(SOURCES)}")
+  if source == "tfds":
+    x_train, y_train, x_test, y_test = _load_tfds(dataset, data_dir, download_allowed)
+  elif dataset == "cifar10":
+    x_train, y_train, x_test, y_test = _load_cifar10(data_dir, cache_dir, download_allowed)
+  else:
+    x_train, y_train, x_test, y_test = _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed)
+  train, test, mean, std = standardise(x_train, x_test)
+  return ImageData(train, y_train.astype(np.int32), test, y_test.astype(np.int32), mean, std)
+
+
+def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *, shuffle: bool = False,
+                   seed: int = 0, repeat: bool = False) -> tf.data.Dataset:
+  """A tf.data pipeline over in-memory arrays: (shuffle,) batch, prefetch.
+
+  Evaluation uses it unshuffled; shuffled with `repeat`, it is the
+  per-epoch-permutation alternative to the training loop's in-graph sampler.
+  """
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+  if shuffle:
+    dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+  if repeat:
+    dataset = dataset.repeat()
+  return dataset.batch(batch_size, drop_remainder=repeat).prefetch(tf.data.AUTOTUNE)

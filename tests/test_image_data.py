@@ -1,0 +1,171 @@
+"""Image loaders: the real MNIST / Fashion-MNIST files, CIFAR-10 in both on-disk formats, bad files."""
+import gzip
+import hashlib
+import os
+import pickle
+import shutil
+import tarfile
+
+import numpy as np
+import pytest
+
+from common import images
+
+DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+SHARED = os.environ.get("REFINED_VI_DATA_DIR", DEFAULT_DATA)
+needs_data = pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "mnist")),
+                                reason="the offline MNIST copy is not here")
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
+def test_idx_datasets_load_verified_and_standardised(name):
+  data = images.load(name, SHARED, download_allowed=False)
+  assert data.x_train.shape == (60000, 28, 28, 1) and data.x_test.shape == (10000, 28, 28, 1)
+  assert data.x_train.dtype == np.float32 and data.y_train.dtype == np.int32
+  np.testing.assert_array_equal(np.bincount(data.y_test), np.full(10, 1000) if name == "fashion_mnist"
+                                else [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+  assert abs(data.x_train.mean()) < 1e-4 and abs(data.x_train.std() - 1) < 1e-4
+  assert 0.05 < data.channel_mean[0] < 0.4 and 0.25 < data.channel_std[0] < 0.4
+  # The folder itself works as --data_dir too.
+  again = images.load(name, os.path.join(SHARED, name), download_allowed=False)
+  np.testing.assert_array_equal(again.y_train, data.y_train)
+
+
+def _copy_mnist(tmp_path):
+  target = tmp_path / "mnist"
+  shutil.copytree(os.path.join(SHARED, "mnist"), target)
+  for path in target.iterdir():
+    path.chmod(0o644)
+  return target
+
+
+@needs_data
+def test_a_corrupt_or_missing_file_names_the_file(tmp_path):
+  folder = _copy_mnist(tmp_path)
+  with open(folder / "t10k-labels-idx1-ubyte.gz", "ab") as handle:
+    handle.write(b"\0")
+  with pytest.raises(OSError, match="checksum mismatch for .*t10k-labels-idx1-ubyte.gz"):
+    images.load("mnist", str(tmp_path), download_allowed=False, cache_dir=str(tmp_path / "cache"))
+  (folder / "t10k-labels-idx1-ubyte.gz").unlink()
+  with pytest.raises(OSError, match="t10k-labels-idx1-ubyte.gz is not in"):
+    images.load("mnist", str(tmp_path), download_allowed=False, cache_dir=str(tmp_path / "cache"))
+
+
+def _gzip(path, payload: bytes):
+  with gzip.open(path, "wb") as handle:
+    handle.write(payload)
+
+
+def test_idx_reader_checks_magic_number_and_size(tmp_path):
+  pixels = np.arange(2 * 3 * 4, dtype=np.uint8)
+  header = (0x803).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (2, 3, 4))
+  _gzip(tmp_path / "good.gz", header + pixels.tobytes())
+  np.testing.assert_array_equal(images.read_idx(str(tmp_path / "good.gz"), 0x803), pixels.reshape(2, 3, 4))
+  _gzip(tmp_path / "bad.gz", header + pixels.tobytes())
+  with pytest.raises(OSError, match=r"bad.gz: wrong magic number 0x803, expected 0x801"):
+    images.read_idx(str(tmp_path / "bad.gz"), 0x801)
+  _gzip(tmp_path / "short.gz", header + pixels.tobytes()[:-1])
+  with pytest.raises(OSError, match="short.gz: 23 data bytes, the header's shape"):
+    images.read_idx(str(tmp_path / "short.gz"), 0x803)
+  (tmp_path / "plain.gz").write_bytes(b"not gzip")
+  with pytest.raises(OSError, match="plain.gz is not a readable gzip file"):
+    images.read_idx(str(tmp_path / "plain.gz"), 0x803)
+
+
+def _cifar_batch(rng, count):
+  """uint8 images [count, 32, 32, 3] and labels, with distinct constant channel offsets to check the layout."""
+  pictures = rng.integers(0, 50, size=(count, 32, 32, 3), dtype=np.uint8) + np.array([0, 100, 200], np.uint8)
+  return pictures, rng.integers(0, 10, size=count)
+
+
+def _write_cifar(root, kind, batches):
+  """Writes CIFAR-10 batches in the real on-disk format: 'bin' records or 'py' pickles (channel-major pixels)."""
+  folder = root / f"cifar-10-batches-{kind}"
+  folder.mkdir(parents=True)
+  names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+  for name, (pictures, labels) in zip(names, batches):
+    channel_major = pictures.transpose(0, 3, 1, 2).reshape(len(labels), -1)
+    if kind == "bin":
+      records = np.concatenate([labels[:, None].astype(np.uint8), channel_major], axis=1)
+      (folder / f"{name}.bin").write_bytes(records.tobytes())
+    else:
+      with open(folder / name, "wb") as handle:
+        pickle.dump({b"data": channel_major, b"labels": labels.tolist()}, handle)
+  return folder
+
+
+@pytest.mark.parametrize("kind", ["bin", "py"])
+def test_cifar10_folders_in_both_formats(tmp_path, kind):
+  rng = np.random.default_rng(0)
+  batches = [_cifar_batch(rng, 4) for _ in range(6)]
+  _write_cifar(tmp_path / "cifar10", kind, batches)
+  data = images.load("cifar10", str(tmp_path), download_allowed=False)
+  assert data.x_train.shape == (20, 32, 32, 3) and data.x_test.shape == (4, 32, 32, 3)
+  np.testing.assert_array_equal(data.y_train, np.concatenate([labels for _, labels in batches[:5]]))
+  raw_train = np.concatenate([pictures for pictures, _ in batches[:5]]).astype(np.float64) / 255
+  np.testing.assert_allclose(data.channel_mean, raw_train.mean(axis=(0, 1, 2)), rtol=1e-5)
+  expected_test = (batches[5][0] / 255 - raw_train.mean(axis=(0, 1, 2))) / raw_train.std(axis=(0, 1, 2))
+  np.testing.assert_allclose(data.x_test, expected_test, rtol=1e-4, atol=1e-4)
+
+
+def test_cifar10_bad_folders_name_the_file(tmp_path):
+  rng = np.random.default_rng(1)
+  folder = _write_cifar(tmp_path, "bin", [_cifar_batch(rng, 2) for _ in range(6)])
+  with open(folder / "data_batch_3.bin", "ab") as handle:
+    handle.write(b"\1\2")
+  with pytest.raises(OSError, match="data_batch_3.bin: 6148 bytes is not a whole number of 3073-byte"):
+    images.load("cifar10", str(tmp_path), download_allowed=False)
+  (folder / "data_batch_3.bin").unlink()
+  with pytest.raises(OSError, match="data_batch_3.bin is missing"):
+    images.load("cifar10", str(tmp_path), download_allowed=False)
+  py_root = tmp_path / "py"
+  py_folder = _write_cifar(py_root, "py", [_cifar_batch(rng, 2) for _ in range(6)])
+  (py_folder / "test_batch").write_bytes(b"garbage")
+  with pytest.raises(OSError, match="test_batch is not a CIFAR-10 python batch"):
+    images.load("cifar10", str(py_root), download_allowed=False)
+
+
+def test_cifar10_archive_is_downloaded_verified_and_unpacked(tmp_path, monkeypatch):
+  """A file:// URL stands in for the network."""
+  rng = np.random.default_rng(2)
+  batches = [_cifar_batch(rng, 3) for _ in range(6)]
+  _write_cifar(tmp_path / "src", "bin", batches)
+  archive = tmp_path / "cifar-10-binary.tar.gz"
+  with tarfile.open(archive, "w:gz") as tar:
+    tar.add(tmp_path / "src" / "cifar-10-batches-bin", arcname="cifar-10-batches-bin")
+  digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+  monkeypatch.setattr(images, "_CIFAR10_ARCHIVE", ("file://" + str(archive), digest))
+  cache = tmp_path / "cache"
+  data = images.load("cifar10", None, cache_dir=str(cache))
+  assert data.x_train.shape == (15, 32, 32, 3)
+  assert (cache / "cifar10" / "cifar-10-batches-bin" / "test_batch.bin").exists()
+  monkeypatch.setattr(images, "_CIFAR10_ARCHIVE", ("file://" + str(archive), "0" * 64))
+  with pytest.raises(OSError, match="checksum mismatch"):
+    images.load("cifar10", None, cache_dir=str(tmp_path / "other_cache"))
+
+
+def test_unknown_names_are_usage_errors():
+  with pytest.raises(ValueError, match="unknown dataset 'svhn'; allowed: mnist, fashion_mnist, cifar10"):
+    images.load("svhn")
+  with pytest.raises(ValueError, match="unknown source 'web'; allowed: files, tfds"):
+    images.load("mnist", source="web")
+
+
+def test_input_pipeline_batches_in_order_or_reshuffles_each_epoch():
+  x = np.arange(10, dtype=np.float32)[:, None]
+  y = np.arange(10)
+  ordered = [labels.numpy().tolist() for _, labels in images.input_pipeline(x, y, 4)]
+  assert ordered == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+  shuffled = images.input_pipeline(x, y, 5, shuffle=True, seed=0, repeat=True)
+  epochs = [np.concatenate([labels.numpy() for _, labels in shuffled.skip(2 * e).take(2)]) for e in range(2)]
+  for epoch in epochs:
+    assert sorted(epoch.tolist()) == list(range(10))
+  assert epochs[0].tolist() != list(range(10))
+
+
+def test_a_python_batch_without_the_expected_keys_is_a_format_error(tmp_path):
+  path = tmp_path / "data_batch_1"
+  path.write_bytes(pickle.dumps({b"pixels": []}))
+  with pytest.raises(OSError, match="data_batch_1 is not a CIFAR-10 python batch"):
+    images._read_cifar_py(str(path))

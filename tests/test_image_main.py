@@ -1,0 +1,84 @@
+"""The LeNet-5 binary end to end on real MNIST at tiny scale: every method, Figure 4, bad input."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from image import main as image_main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "mnist")),
+                                reason="the offline MNIST copy is not here")
+
+TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1024, num_test_examples=300,
+            vi_steps=150, num_samples=3, num_auxiliary=3, steps_per_auxiliary=20, mnf_steps=60,
+            ensemble_members=2, ensemble_steps=60, steps_per_checkpoint=100, batch_size=64)
+
+
+@pytest.mark.parametrize("method", image_main.METHODS)
+def test_every_method_writes_its_metrics(tmp_path, method):
+  config = image_main.ImageConfig(method=method, **TINY)
+  metrics = image_main.train_and_evaluate(config, str(tmp_path))
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert results["benchmark"] == "image" and results["method"] == method
+  assert results["metrics"] == pytest.approx(metrics)
+  assert metrics["num_train"] == 1024 and metrics["num_test"] == 300 and metrics["peak_memory_mb"] > 100
+  # A few steps on 1,024 digits already beat chance (10 %, MLL log 0.1) by far.
+  assert metrics["test_accuracy"] > 0.5 and np.log(0.1) < metrics["test_mll"] < 0
+  assert 0 <= metrics["ece"] < 1 and 0 <= metrics["brier"] < 1
+  assert {"train_seconds", "evaluate_seconds", "total_seconds"} <= set(results["timings"])
+  if method in image_main.VI_FAMILY:
+    assert metrics["elbo"] < 0
+  if method == "vi_equal_compute":
+    assert metrics["total_vi_steps"] == 150 + 3 * 3 * 20
+  if method == "refined_vi":
+    assert metrics["elbo_aux"] > metrics["elbo"]
+    trace = pd.read_csv(tmp_path / image_main.TRACE_FILENAME)
+    assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
+    assert [c for c in trace.columns if c.startswith("member_")] == ["member_0", "member_1", "member_2"]
+    # The staircase: each auxiliary variable ends higher than the previous one ended.
+    ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(lambda v: v.iloc[-5:].mean()).to_numpy()
+    assert np.all(np.diff(ends) > 0)
+    assert (tmp_path / image_main.FIGURE_FILENAME).stat().st_size > 10_000
+  else:
+    assert "elbo_aux" not in metrics and not (tmp_path / image_main.TRACE_FILENAME).exists()
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "image.main", *args], cwd=REPO, capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--dataset=svhn"], "value should be one of"),
+    (["--method=sgld"], "value should be one of"),
+    (["--num_train_examples=-1"], "num_train_examples=-1 must be >= 0 (0: all)"),
+    (["--variance_ratio=0"], "variance_ratio=0.0 must be in (0, 1)"),
+])
+def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
+  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
+  assert completed.returncode == 2
+  assert message in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "results.json").exists()
+
+
+def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
+  corrupted = tmp_path / "data" / "fashion_mnist"
+  shutil.copytree(os.path.join(DATA, "fashion_mnist"), corrupted)
+  (corrupted / "train-labels-idx1-ubyte.gz").chmod(0o644)
+  (corrupted / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b truncated")
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=fashion_mnist", f"--data_dir={corrupted.parent}",
+                   "--nodownload")
+  last_line = completed.stderr.strip().splitlines()[-1]
+  assert completed.returncode == 1
+  assert last_line.startswith("error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in last_line
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=cifar10", f"--data_dir={tmp_path / 'empty'}",
+                   "--nodownload")
+  assert completed.returncode == 1 and "cifar-10-binary.tar.gz is not in" in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "out" / "results.json").exists()

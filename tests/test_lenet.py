@@ -1,0 +1,63 @@
+"""LeNet-5 in its three parameterisations and the member-axis layers it is built from."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from auxiliary_sampling.layers import FlattenImage, MaxPool2D
+from auxiliary_sampling.objective import mean_field_parameters
+from baselines.deep_ensemble import MemberConv2D
+from baselines.mnf import mnf_kl
+from image import lenet
+
+
+def _weights(height, channels):
+  """Weights and biases of LeNet-5 (SAME padding, two 2x2 poolings) on height x height x channels images."""
+  flat = (height // 4) ** 2 * 120
+  return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) + (84 * 10 + 10))
+
+
+@pytest.mark.parametrize("height,channels", [(28, 1), (32, 3)])
+def test_mean_field_lenet5_has_the_papers_architecture(height, channels):
+  model = lenet.mean_field_lenet5()
+  images = tf.zeros([2, height, height, channels])
+  assert model(images).shape == (2, 10)
+  sizes = [int(np.prod(p.event_shape)) for p in mean_field_parameters(model)]
+  assert sum(sizes) == _weights(height, channels)
+  assert len(sizes) == 10      # kernel and bias of five layers, all Bayesian
+  members = lenet.mean_field_lenet5(num_members=3)
+  assert members(images).shape == (3, 2, 10)
+
+
+def test_pooling_and_flattening_act_per_member():
+  x = tf.random.stateless_normal([3, 2, 8, 8, 4], seed=[0, 1])
+  pooled = MaxPool2D(2)(x)
+  for m in range(3):
+    np.testing.assert_allclose(pooled[m], tf.nn.max_pool2d(x[m], 2, 2, "VALID"))
+  assert FlattenImage()(pooled).shape == (3, 2, 64)
+  assert FlattenImage()(pooled[0]).shape == (2, 64)
+
+
+def test_member_convolution_is_each_members_own_convolution():
+  layer = MemberConv2D(5, 3, num_members=3, seed=1)
+  x = tf.random.stateless_normal([3, 2, 6, 6, 4], seed=[0, 2])
+  outputs = layer(x)
+  for m in range(3):
+    expected = tf.nn.conv2d(x[m], layer.kernel[m], 1, "SAME") + layer.bias[m]
+    np.testing.assert_allclose(outputs[m], expected, rtol=1e-5, atol=1e-5)
+  assert not np.allclose(layer.kernel[0], layer.kernel[1])      # members are initialised independently
+
+
+def test_ensemble_takes_grey_scale_images_with_a_member_axis():
+  """Regression: a Keras Sequential squeezed the trailing channel axis of [M, B, 28, 28, 1] inputs."""
+  model = lenet.ensemble_lenet5(num_members=2, seed=0)
+  assert model(tf.zeros([5, 28, 28, 1])).shape == (2, 5, 10)
+  per_member = tf.random.stateless_normal([2, 5, 28, 28, 1], seed=[3, 4])
+  outputs = model(per_member)
+  np.testing.assert_allclose(outputs[1], model(per_member[1])[1], rtol=1e-4, atol=1e-5)
+
+
+def test_mnf_lenet5_gives_logits_and_a_finite_bound_term():
+  model = lenet.mnf_lenet5(seed=0)
+  assert model(tf.zeros([2, 28, 28, 1])).shape == (2, 10)
+  kl = mnf_kl(model)
+  assert np.isfinite(kl.numpy()) and kl.numpy() > 0
