@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates every table and figure this suite has so far (toy Figure 2, UCI Table 1), then the report.
-#   ./run_all.sh --scale=smoke [--output_root=DIR]   minutes, no data needed
-#   ./run_all.sh --scale=paper [--output_root=DIR]   the paper's settings
+# Regenerates every table and figure this suite has so far (toy Figure 2, UCI Table 1, LeNet-5 Table 2
+# and Figure 4), then the report. Data: $REFINED_VI_DATA_DIR (or downloads, checksummed).
+#   ./run_all.sh --scale=smoke [--output_root=DIR]   minutes: every binary and method at tiny settings
+#   ./run_all.sh --scale=paper [--output_root=DIR]   the paper's settings (LeNet-5: days on 2 CPU cores)
 set -euo pipefail
 cd "$(dirname "$0")"
 scale=smoke
@@ -34,4 +35,20 @@ else
 fi
 python -m uci.table --results_dir="$output_root/uci" --output_dir="$output_root/uci"
 python -m benchmarks.uci_timings --results_dir="$output_root/uci" --output_dir="$output_root/benchmarks/uci_timings"
+# LeNet-5 (Table 2, Figure 4): smoke = every method on 1,024 MNIST digits and a CIFAR-10 run on synthetic
+# files in the real format; paper = MNIST and Fashion-MNIST, every method, seeds 0-2 (CIFAR-10 needs the data:
+# image/run_table.sh --datasets=cifar10 --seeds="0 1 2" --jobs=2).
+if [[ "$scale" == smoke ]]; then
+  image/run_table.sh --output_root="$output_root" --seeds=0 --datasets=mnist -- \
+      --num_train_examples=1024 --num_test_examples=500 --vi_steps=100 --num_samples=3 --num_auxiliary=2 \
+      --steps_per_auxiliary=10 --mnf_steps=50 --ensemble_members=2 --ensemble_steps=50 --batch_size=64
+  python -m image.make_synthetic_cifar10 --output_dir="$output_root/synthetic_data/cifar10" --examples_per_batch=100
+  python -m image.main --dataset=cifar10 --method=refined_vi --data_dir="$output_root/synthetic_data" \
+      --output_dir="$output_root/smoke/image/cifar10_synthetic/refined_vi" --vi_steps=100 --num_samples=3 \
+      --num_auxiliary=2 --steps_per_auxiliary=10 --batch_size=64
+else
+  image/run_table.sh --output_root="$output_root" --seeds="0 1 2" --jobs=2 -- --steps_per_checkpoint=1000
+  python -m benchmarks.image_speed --output_dir="$output_root/benchmarks/image_speed"
+fi
+python -m image.table --results_dir="$output_root/image" --output_dir="$output_root/image"
 python -m common.report --results_dir="$output_root" --output_dir="$output_root/report"

@@ -235,3 +235,39 @@ def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *, s
   if repeat:
     dataset = dataset.repeat()
   return dataset.batch(batch_size, drop_remainder=repeat).prefetch(tf.data.AUTOTUNE)
+
+
+def write_cifar10(directory: str, batches, kind: str = "bin") -> str:
+  """Writes CIFAR-10 batches in the real on-disk format, for tests and smoke runs without the data.
+
+  `batches`: six (uint8 images [N, 32, 32, 3], labels [N]) pairs, the five
+  training batches then the test batch; `kind`: 'bin' (records of a label byte
+  and 3,072 channel-major pixel bytes) or 'py' (pickled dicts). Returns the
+  folder, `<directory>/cifar-10-batches-<kind>`.
+  """
+  if kind not in ("bin", "py") or len(batches) != 6:
+    raise ValueError(f"kind={kind!r} must be 'bin' or 'py' and there must be 6 batches, got {len(batches)}")
+  folder = os.path.join(directory, f"cifar-10-batches-{kind}")
+  os.makedirs(folder, exist_ok=True)
+  for name, (pictures, labels) in zip(_CIFAR10_PY_TRAIN + ["test_batch"], batches):
+    labels = np.asarray(labels)
+    channel_major = np.asarray(pictures, np.uint8).transpose(0, 3, 1, 2).reshape(len(labels), -1)
+    if kind == "bin":
+      records = np.concatenate([labels[:, None].astype(np.uint8), channel_major], axis=1)
+      records.tofile(os.path.join(folder, f"{name}.bin"))
+    else:
+      with open(os.path.join(folder, name), "wb") as handle:
+        pickle.dump({b"data": channel_major, b"labels": labels.tolist()}, handle)
+  return folder
+
+
+def write_synthetic_cifar10(directory: str, examples_per_batch: int = 200, seed: int = 0, kind: str = "bin") -> str:
+  """Random CIFAR-10-format files whose labels are learnable (the class sets the mean colour of the image)."""
+  rng = np.random.default_rng(seed)
+  batches = []
+  for _ in range(6):
+    labels = rng.integers(0, NUM_CLASSES, size=examples_per_batch)
+    colours = np.stack([labels * 25, 255 - labels * 25, (labels * 70) % 256], axis=1)[:, None, None, :]
+    noise = rng.normal(0, 40, size=(examples_per_batch, 32, 32, 3))
+    batches.append((np.clip(colours + noise, 0, 255).astype(np.uint8), labels))
+  return write_cifar10(directory, batches, kind)

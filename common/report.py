@@ -29,18 +29,19 @@ PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"
 # UCI runs record ELBOs for standardised targets, the paper's Table 1 for original units: the
 # conversion needs each split's target std, so `python -m uci.table` compares ELBOs (table.md there).
 PAPER_COLUMNS_BY_BENCHMARK = {"uci": {"test_mll": "mll"}}
-BENCHMARK_TABLES = {"uci": "uci/table.md"}
+BENCHMARK_TABLES = {"uci": "uci/table.md", "image": "image/table.md"}
 KEYS = ["benchmark", "dataset", "method"]
 
 
-ABLATIONS_DIR = "ablations"   # runs that vary a setting; each has its own table, kept out of the main report
+# Runs that vary a setting (each has its own table) or smoke runs on synthetic data: kept out of the main report.
+EXCLUDED_DIRS = ("ablations", "smoke")
 
 
 def load_results(results_dir: str) -> pd.DataFrame:
-  """One row per results.json (outside `ablations/` folders): keys, scalar metrics and timings, path."""
+  """One row per results.json (outside `ablations/` and `smoke/` folders): keys, scalar metrics and timings, path."""
   rows = []
   for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
-    if ABLATIONS_DIR in os.path.relpath(path, results_dir).split(os.sep):
+    if set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)):
       continue
     with open(path) as stream:
       payload = json.load(stream)

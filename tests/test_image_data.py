@@ -80,19 +80,7 @@ def _cifar_batch(rng, count):
 
 
 def _write_cifar(root, kind, batches):
-  """Writes CIFAR-10 batches in the real on-disk format: 'bin' records or 'py' pickles (channel-major pixels)."""
-  folder = root / f"cifar-10-batches-{kind}"
-  folder.mkdir(parents=True)
-  names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-  for name, (pictures, labels) in zip(names, batches):
-    channel_major = pictures.transpose(0, 3, 1, 2).reshape(len(labels), -1)
-    if kind == "bin":
-      records = np.concatenate([labels[:, None].astype(np.uint8), channel_major], axis=1)
-      (folder / f"{name}.bin").write_bytes(records.tobytes())
-    else:
-      with open(folder / name, "wb") as handle:
-        pickle.dump({b"data": channel_major, b"labels": labels.tolist()}, handle)
-  return folder
+  return images.write_cifar10(str(root), batches, kind)
 
 
 @pytest.mark.parametrize("kind", ["bin", "py"])
@@ -111,7 +99,8 @@ def test_cifar10_folders_in_both_formats(tmp_path, kind):
 
 def test_cifar10_bad_folders_name_the_file(tmp_path):
   rng = np.random.default_rng(1)
-  folder = _write_cifar(tmp_path, "bin", [_cifar_batch(rng, 2) for _ in range(6)])
+  folder = tmp_path / "cifar-10-batches-bin"
+  _write_cifar(tmp_path, "bin", [_cifar_batch(rng, 2) for _ in range(6)])
   with open(folder / "data_batch_3.bin", "ab") as handle:
     handle.write(b"\1\2")
   with pytest.raises(OSError, match="data_batch_3.bin: 6148 bytes is not a whole number of 3073-byte"):
@@ -121,7 +110,8 @@ def test_cifar10_bad_folders_name_the_file(tmp_path):
     images.load("cifar10", str(tmp_path), download_allowed=False)
   py_root = tmp_path / "py"
   py_folder = _write_cifar(py_root, "py", [_cifar_batch(rng, 2) for _ in range(6)])
-  (py_folder / "test_batch").write_bytes(b"garbage")
+  with open(os.path.join(py_folder, "test_batch"), "wb") as handle:
+    handle.write(b"garbage")
   with pytest.raises(OSError, match="test_batch is not a CIFAR-10 python batch"):
     images.load("cifar10", str(py_root), download_allowed=False)
 

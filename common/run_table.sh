@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs a benchmark's table: datasets x methods x seeds, skipping runs that already have results.json.
+#   common/run_table.sh --benchmark=uci|image --datasets="..." [--output_root=results] [--seeds="0 1 2 3 4"]
+#                       [--methods="..."] [--jobs=2] [-- extra <benchmark>.main flags]
+# (uci/run_table.sh and image/run_table.sh call it with their datasets.) Per dataset and seed, vi,
+# refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
+# (<root>/<benchmark>/<dataset>/vi_checkpoints/seed_<s>), so the mean-field model is trained once;
+# mnf and deep_ensemble are separate jobs. With --jobs=N, N jobs run at once, one thread each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+output_root=results
+seeds="0 1 2 3 4"
+benchmark=""
+datasets=""
+methods="vi refined_vi vi_equal_compute deep_ensemble mnf"
+jobs=1
+extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --benchmark=*) benchmark="${1#*=}" ;;
+    --output_root=*) output_root="${1#*=}" ;;
+    --seeds=*) seeds="${1#*=}" ;;
+    --datasets=*) datasets="${1#*=}" ;;
+    --methods=*) methods="${1#*=}" ;;
+    --jobs=*) jobs="${1#*=}" ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, -- FLAGS" >&2
+       exit 2 ;;
+  esac
+  shift
+done
+[[ "$benchmark" == uci || "$benchmark" == image ]] || { echo "error: --benchmark='$benchmark' must be uci or image" >&2; exit 2; }
+[[ -n "$datasets" ]] || { echo "error: --datasets is empty" >&2; exit 2; }
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs=$jobs must be a positive integer" >&2; exit 2; }
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+if [[ "$jobs" -gt 1 ]]; then
+  export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
+fi
+
+run_one() {  # dataset method seed
+  local dir="$output_root/$benchmark/$1/$2/seed_$3"
+  [[ -f "$dir/results.json" ]] && return 0
+  mkdir -p "$dir"
+  python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
+      --vi_checkpoint_dir="$output_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" >"$dir/log.txt" 2>&1 \
+    && echo "done $1 $2 seed $3" || echo "FAILED $1 $2 seed $3 (see $dir/log.txt)"
+}
+export -f run_one
+export output_root benchmark
+export extra_flags="${extra[*]:-}"
+
+job_list() {
+  local vi_family=() others=()
+  for method in $methods; do
+    case "$method" in
+      vi|refined_vi|vi_equal_compute) vi_family+=("$method") ;;
+      mnf|deep_ensemble) others+=("$method") ;;
+      *) echo "error: unknown method '$method'; allowed: vi refined_vi vi_equal_compute mnf deep_ensemble" >&2
+         exit 2 ;;
+    esac
+  done
+  for seed in $seeds; do for dataset in $datasets; do
+    [[ ${#vi_family[@]} -gt 0 ]] && echo "$dataset $seed ${vi_family[*]}"
+  done; done
+  for method in "${others[@]}"; do for seed in $seeds; do for dataset in $datasets; do
+    echo "$dataset $seed $method"
+  done; done; done
+}
+
+jobs_file=$(mktemp)
+job_list >"$jobs_file"
+# Each line: dataset seed method...; its methods run in order.
+xargs -P "$jobs" -L 1 bash -c 'set -u; extra=($extra_flags); dataset=$0; seed=$1; shift
+  for method in "$@"; do run_one "$dataset" "$method" "$seed"; done' <"$jobs_file"
+rm -f "$jobs_file"
