@@ -35,7 +35,6 @@ PAPER_VI_STEPS, PAPER_REFINE_STEPS, PAPER_MEMBERS = 30_000, 5 * 200, 10
 
 def _tfp_reference(num_examples: int):
   """The straightforward tfp.layers LeNet-5 and a Keras-optimizer train step (the issue's reference point)."""
-  import tensorflow as tf
   import tensorflow_probability as tfp
   import tf_keras
   divergence = lambda q, p, _: tfp.distributions.kl_divergence(q, p) / num_examples  # noqa: E731
