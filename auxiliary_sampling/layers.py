@@ -165,16 +165,24 @@ class DenseReparameterization(MeanFieldLayer):
     self.noise = self._add_noise()
     super().build(input_shape)
 
+  def _member_matmul(self, inputs: tf.Tensor, kernels: tf.Tensor) -> tf.Tensor:
+    """[M, batch, units] products of [batch, in] (shared) or [M, batch, in] inputs with [M, in, units] kernels.
+
+    A (broadcasting) batched matmul: on CPU several times faster than the equivalent einsum.
+    """
+    return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
+
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 1)
-    inputs = self._with_member_axis(inputs, 1)
     if self.num_members is None:
       mean = tf.matmul(inputs, self.kernel.posterior_loc)
       variance = tf.matmul(tf.square(inputs), self.kernel.posterior_variance)
     else:
-      mean = tf.einsum("mbi,miu->mbu", inputs, self.kernel.posterior_loc)
-      variance = tf.einsum("mbi,miu->mbu", tf.square(inputs), self.kernel.posterior_variance)
+      if inputs.shape.rank != 2:
+        inputs = self._with_member_axis(inputs, 1)   # checks the member axis (shared inputs broadcast in the matmul)
+      mean = self._member_matmul(inputs, self.kernel.posterior_loc)
+      variance = self._member_matmul(tf.square(inputs), self.kernel.posterior_variance)
     if self.bias is not None:
       bias_axis = slice(None) if self.num_members is None else (slice(None), None)
       mean += self.bias.posterior_loc[bias_axis]

@@ -66,7 +66,7 @@ class MemberDense(tf_keras.layers.Layer):
       inputs = tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
     elif inputs.shape.rank != 3:
       raise ValueError(f"{self.name}: expected [batch, in] or [members, batch, in] inputs, got {inputs.shape}")
-    return self.activation(tf.einsum("mbi,miu->mbu", inputs, self.kernel) + self.bias[:, tf.newaxis, :])
+    return self.activation(tf.matmul(inputs, self.kernel) + self.bias[:, tf.newaxis, :])
 
 
 class MemberConv2D(tf_keras.layers.Layer):
