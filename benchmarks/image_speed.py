@@ -6,8 +6,9 @@ Each measurement runs in its own process (so its peak resident memory is its
 own): a warm-up that traces the compiled loop, then `--steps` timed Adam steps
 at batch 256 on the real training set. Measured:
   vi              our mean-field LeNet-5 (Flipout convs, local-reparameterisation dense);
-  tfp_reference   the straightforward model: tfp.layers Convolution2DFlipout /
-                  DenseReparameterization in a Keras Sequential, Keras Adam;
+  tfp_reference   the straightforward model of the same network: tfp.layers
+                  Convolution2DFlipout / DenseLocalReparameterization in a Keras
+                  Sequential, Keras Adam (prior fixed at N(0, 1));
   refine          one refinement step of all M = 10 members together;
   deep_ensemble   one step of all 10 ensemble members, each on its own batch;
   mnf             one MNF LeNet-5 step.
@@ -43,8 +44,8 @@ def _tfp_reference(num_examples: int):
       tfp.layers.Convolution2DFlipout(6, 5, **conv), tf_keras.layers.MaxPooling2D(2),
       tfp.layers.Convolution2DFlipout(16, 5, **conv), tf_keras.layers.MaxPooling2D(2),
       tfp.layers.Convolution2DFlipout(120, 5, **conv), tf_keras.layers.Flatten(),
-      tfp.layers.DenseReparameterization(84, activation="relu", kernel_divergence_fn=divergence),
-      tfp.layers.DenseReparameterization(10, kernel_divergence_fn=divergence)])
+      tfp.layers.DenseLocalReparameterization(84, activation="relu", kernel_divergence_fn=divergence),
+      tfp.layers.DenseLocalReparameterization(10, kernel_divergence_fn=divergence)])
   optimizer = tf_keras.optimizers.Adam(1e-3)
   return model, optimizer
 
@@ -108,17 +109,25 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
           "num_examples": int(np.size(y))}
 
 
-def run_all(dataset: str, data_dir: str, steps: int) -> dict:
-  """Every measurement in a fresh process; then the derived ratios."""
+def run_all(dataset: str, data_dir: str, steps: int, rounds: int) -> dict:
+  """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts by tens
+  of percent between minutes, so each measurement reports the median of its rounds); then the ratios."""
+  import numpy as np
+  samples = {name: [] for name in MEASUREMENTS}
+  for _ in range(rounds):
+    for name in MEASUREMENTS:
+      completed = subprocess.run(
+          [sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
+           f"--data_dir={data_dir}", f"--steps={steps}"],
+          capture_output=True, text=True, check=False, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+      if completed.returncode != 0:
+        raise RuntimeError(f"measurement {name} failed: {completed.stderr.strip().splitlines()[-1]}")
+      samples[name].append(json.loads(completed.stdout.strip().splitlines()[-1]))
   results = {}
-  for name in MEASUREMENTS:
-    completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
-         f"--data_dir={data_dir}", f"--steps={steps}"],
-        capture_output=True, text=True, check=False, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    if completed.returncode != 0:
-      raise RuntimeError(f"measurement {name} failed: {completed.stderr.strip().splitlines()[-1]}")
-    results[name] = json.loads(completed.stdout.strip().splitlines()[-1])
+  for name, runs in samples.items():
+    results[name] = {**runs[0], "seconds_per_step": float(np.median([r["seconds_per_step"] for r in runs])),
+                     "seconds_per_step_rounds": [r["seconds_per_step"] for r in runs],
+                     "peak_memory_mb": max(r["peak_memory_mb"] for r in runs)}
   vi_step = results["vi"]["seconds_per_step"]
   refine_step = results["refine"]["seconds_per_step"]
   results["derived"] = {
@@ -136,10 +145,11 @@ def run_all(dataset: str, data_dir: str, steps: int) -> dict:
 
 def _markdown(results: dict, command: str) -> str:
   lines = ["# LeNet-5 speed (batch 256)", "", f"Command: `{command}`", "",
-           "| measurement | ms per step | peak memory (MB) |", "|---|---|---|"]
+           "| measurement | ms per step (median) | rounds (ms) | peak memory (MB) |", "|---|---|---|---|"]
   for name in MEASUREMENTS:
     row = results[name]
-    lines.append(f"| {name} | {1000 * row['seconds_per_step']:.1f} | {row['peak_memory_mb']:.0f} |")
+    rounds = ", ".join(f"{1000 * value:.0f}" for value in row["seconds_per_step_rounds"])
+    lines.append(f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | {row['peak_memory_mb']:.0f} |")
   derived = results["derived"]
   lines += ["", f"- Refinement at paper settings (M = 10, K = 5, T = 200): {derived['paper_refinement_minutes']:.1f} "
             f"min against {derived['paper_vi_training_minutes']:.1f} min of VI training (30,000 steps): "
@@ -157,7 +167,7 @@ def main(argv):
     return
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
   from common.results import atomic_output, git_commit, machine_description
-  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps)
+  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps, flags.FLAGS.rounds)
   command = " ".join(["python -m benchmarks.image_speed"] + sys.argv[1:])
   results.update(command=command, git_commit=git_commit(), machine=machine_description())
   write_json_atomically(os.path.join(flags.FLAGS.output_dir, "speed.json"), results)
@@ -172,4 +182,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("dataset", "mnist", "mnist, fashion_mnist or cifar10.")
   flags.DEFINE_string("data_dir", os.environ.get("REFINED_VI_DATA_DIR"), "Local data directory.")
   flags.DEFINE_integer("steps", 30, "Timed steps per measurement.")
+  flags.DEFINE_integer("rounds", 3, "Interleaved repetitions of every measurement (the median is reported).")
   cli.run(main)
