@@ -94,3 +94,22 @@ def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
   metrics = image_main.train_and_evaluate(config, str(tmp_path / "out"))
   assert metrics["num_train"] == 500 and metrics["num_test"] == 100
   assert metrics["test_accuracy"] > 0.3      # the class sets the mean colour: learnable in 100 steps
+
+
+def test_synthetic_cifar10_writer_binary(tmp_path):
+  completed = subprocess.run([sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
+                              "--examples_per_batch=3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  assert (tmp_path / "cifar-10-batches-bin" / "data_batch_5.bin").stat().st_size == 3 * 3073
+  completed = subprocess.run([sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
+                              "--examples_per_batch=0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 2 and "--examples_per_batch=0 must be >= 1" in completed.stderr
+
+
+def test_speed_benchmark_measures_one_step(tmp_path):
+  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--only=vi", "--steps=1",
+                              f"--data_dir={DATA}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  measured = json.loads(completed.stdout.strip().splitlines()[-1])
+  assert measured["measurement"] == "vi" and measured["seconds_per_step"] > 0 and measured["peak_memory_mb"] > 100
