@@ -119,7 +119,8 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       sections.append(f"In the paper's layout: [{BENCHMARK_TABLES[benchmark]}]"
                       f"({os.path.relpath(paper_layout, output_dir)}).\n")
     sections.append(f"{to_markdown(table)}\n")
-  figures = sorted(glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True))
+  figures = sorted(path for path in glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True)
+                   if not set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)))
   if figures:
     sections.append("## Figures\n")
     for figure in figures:

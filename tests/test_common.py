@@ -53,8 +53,12 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
                   metrics={"test_mll": mll, "elbo": -650.0 - seed}, timings={"train_seconds": 1.0})
   write_results(str(tmp_path / "ablations" / "fixed_prior" / "uci" / "boston_housing" / "vi" / "0"), benchmark="uci",
                 dataset="boston_housing", method="vi", seed=0, flags={}, metrics={"test_mll": -5.0}, timings={})
+  write_results(str(tmp_path / "smoke" / "uci" / "vi"), benchmark="uci", dataset="boston_housing", method="vi",
+                seed=0, flags={}, metrics={"test_mll": -9.0}, timings={})
+  (tmp_path / "smoke" / "uci" / "vi" / "figure.png").write_bytes(b"")
+  (tmp_path / "uci" / "figure4.png").write_bytes(b"")
   frame = report.load_results(str(tmp_path))
-  assert len(frame) == 2   # ablation runs have their own tables
+  assert len(frame) == 2   # ablation runs have their own tables; smoke runs are not results
   table = report.summarise(frame, ["test_mll", "elbo"])
   row = table[(table.dataset == "boston_housing") & (table.method == "vi")].iloc[0]
   assert row["test_mll_mean"] == pytest.approx(-2.8) and row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
@@ -66,4 +70,5 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
   out = report.write_report(str(tmp_path), str(tmp_path / "report"))
   text = open(out).read()
   assert "boston_housing" in text and "-2.874" in text
+  assert "uci/figure4.png" in text and "smoke" not in text
   assert os.path.exists(tmp_path / "report" / "uci.csv")
