@@ -7,6 +7,7 @@ with status 1. No results file is written in either case.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any, Callable
 
@@ -59,7 +60,6 @@ def define_config_flags(config_class, exclude=()) -> None:
 
   Fields named in `exclude` are left to the binary (enums, paths with their own defaults).
   """
-  import dataclasses
   for field in dataclasses.fields(config_class):
     if field.name in exclude:
       continue

@@ -226,8 +226,9 @@ def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *, s
                    seed: int = 0, repeat: bool = False) -> tf.data.Dataset:
   """A tf.data pipeline over in-memory arrays: (shuffle,) batch, prefetch.
 
-  Evaluation uses it unshuffled; shuffled with `repeat`, it is the
-  per-epoch-permutation alternative to the training loop's in-graph sampler.
+  Evaluation uses it unshuffled. The shuffled, repeating form is for training
+  loops that consume a tf.data iterator; the suite's own loops draw minibatches
+  in-graph instead (`ElboMaximizer`), which keeps resumed runs exact.
   """
   dataset = tf.data.Dataset.from_tensor_slices((images, labels))
   if shuffle:
