@@ -19,13 +19,19 @@ from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
 
 
+def padding_argument(padding: str) -> str:
+  """Checked 'SAME' | 'VALID' (any case) of a 2-D convolution or pooling."""
+  if padding.upper() not in ("SAME", "VALID"):
+    raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
+  return padding.upper()
+
+
 def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, int], str]:
   """Checked (filters, (kh, kw), 'SAME' | 'VALID') of a 2-D convolution layer."""
   if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
     raise ValueError(f"filters={filters!r} must be an integer >= 1")
-  if padding.upper() not in ("SAME", "VALID"):
-    raise ValueError(f"padding={padding!r} must be 'SAME' or 'VALID'")
-  return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), padding.upper()
+  return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), \
+      padding_argument(padding)
 
 
 def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
@@ -49,7 +55,7 @@ class MaxPool2D(tf_keras.layers.Layer):
   def __init__(self, pool_size: int = 2, strides: Optional[int] = None, padding: str = "VALID", **kwargs):
     super().__init__(**kwargs)
     self.pool_size, self.strides = pool_size, strides or pool_size
-    self.padding = conv_arguments(1, pool_size, padding)[2]
+    self.padding = padding_argument(padding)
 
   def call(self, inputs):
     leading = tf.shape(inputs)[:-3]
@@ -77,10 +83,6 @@ class LayerChain(tf_keras.layers.Layer):
   def __init__(self, layers: Sequence[tf_keras.layers.Layer], **kwargs):
     super().__init__(**kwargs)
     self.chain = list(layers)
-
-  @property
-  def layers(self) -> list[tf_keras.layers.Layer]:
-    return list(self.chain)
 
   def call(self, inputs, training=None):
     outputs = inputs

@@ -10,6 +10,11 @@ import math
 import tensorflow as tf
 
 
+def posterior_draws(model, inputs, num_draws: int) -> tf.Tensor:
+  """[num_draws, batch, ...] outputs of a model without a member axis, fresh weights in every call."""
+  return tf.stack([model(inputs) for _ in range(num_draws)])
+
+
 def log_mean_exp(values: tf.Tensor, axis: int = 0) -> tf.Tensor:
   """log( mean( exp(values) ) ) along `axis`, computed stably."""
   values = tf.convert_to_tensor(values)

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.objective import LogLikelihoodFn, estimate_elbo
+from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from baselines.vi import MeanFieldTrainer
@@ -85,7 +86,7 @@ class ViFamilyRun:
     """[M, batch, ...] outputs of the M posterior samples the method predicts with."""
     if self.refinement is not None:
       return self.refinement.model(inputs)
-    return tf.stack([self.model(inputs) for _ in range(self.num_samples)])
+    return posterior_draws(self.model, inputs, self.num_samples)
 
 
 def run_vi_family(method: str, config: RefinedViConfig, model_fn: Callable[[Optional[int]], tf.Module],

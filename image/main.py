@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 from absl import flags
 
-from auxiliary_sampling.predictive import categorical_log_likelihood
+from auxiliary_sampling.predictive import categorical_log_likelihood, posterior_draws
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli, images
@@ -119,7 +119,7 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
     metrics, timings = {}, {"train_seconds": training.train_seconds}
 
     def sample_logits(inputs):
-      return [model(inputs) for _ in range(config.num_samples)]
+      return posterior_draws(model, inputs, config.num_samples)
   else:
     model = lenet.ensemble_lenet5(config.ensemble_members, config.seed, num_classes)
     training = deep_ensemble.train_deep_ensemble(

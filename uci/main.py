@@ -26,11 +26,11 @@ import time
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 import tf_keras
 from absl import flags
 
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.predictive import posterior_draws
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli
@@ -83,11 +83,6 @@ def mean_field_network(hidden_units: int, initial_noise_scale: float, num_member
       HomoscedasticNoise(num_members=num_members, initial_scale=initial_noise_scale)])
 
 
-def _draws(model, inputs, num_draws: int) -> tf.Tensor:
-  """[num_draws, N, 2] predictions of a model without a member axis (fresh weights per draw)."""
-  return tf.stack([model(inputs) for _ in range(num_draws)])
-
-
 def _noise_scale(model) -> float:
   return float(np.mean([layer.noise_scale.numpy() for layer in model.layers if isinstance(layer, HomoscedasticNoise)]))
 
@@ -119,7 +114,7 @@ def run_method(config: UciConfig, split: data.RegressionData, output_dir: str) -
                              summary_dir=os.path.join(output_dir, "summaries", "mnf"),
                              steps_per_checkpoint=config.steps_per_checkpoint)
     timings["train_seconds"] = training.train_seconds
-    metrics.update(evaluate(_draws(model, split.x_test, config.num_samples)))
+    metrics.update(evaluate(posterior_draws(model, split.x_test, config.num_samples)))
     metrics["noise_scale"] = _noise_scale(model) * split.target_std
   else:
     model = deep_ensemble.regression_ensemble(config.ensemble_members, config.hidden_units, seed=config.seed)
