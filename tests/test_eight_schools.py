@@ -84,7 +84,10 @@ def test_binary_writes_results_and_figures_and_caches_nuts(tmp_path):
   metrics = eight_schools.train_and_evaluate(config, str(tmp_path))
   assert set(metrics["elbo_aux_by_k"]) == set(metrics["kl_by_k"]) == {"1", "2"}
   assert all(np.isfinite(v) for v in metrics["elbo_aux_by_k"].values())
-  for name in ("results.json", "figure_samples.png", "figure_kl.png", "nuts.npz"):
+  assert set(metrics["kl_all_parameters_by_k"]) == {"1", "2"}
+  with np.load(tmp_path / "samples.npz") as samples:
+    assert samples["theta_k2"].shape == (40, 8) and np.all(samples["tau_k2"] >= 0)
+  for name in ("results.json", "figure_samples.png", "figure_kl.png", "nuts.npz", "samples.npz"):
     assert (tmp_path / name).stat().st_size > 0
   cached_at = (tmp_path / "nuts.npz").stat().st_mtime_ns
   eight_schools.train_and_evaluate(dataclasses.replace(config, num_auxiliary=(1,)), str(tmp_path))
