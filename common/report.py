@@ -38,7 +38,11 @@ EXCLUDED_DIRS = ("ablations", "smoke")
 
 
 def load_results(results_dir: str) -> pd.DataFrame:
-  """One row per results.json (outside `ablations/` and `smoke/` folders): keys, scalar metrics and timings, path."""
+  """One row per results.json (outside `ablations/` and `smoke/` folders): keys, scalar metrics and timings, path.
+
+  A metric that is an object of scalars (for example elbo_aux_by_k: {"1": ..., "2": ...}) becomes one
+  column per key, `elbo_aux_by_k[1]`.
+  """
   rows = []
   for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
     if set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)):
@@ -49,13 +53,19 @@ def load_results(results_dir: str) -> pd.DataFrame:
     row["path"] = os.path.relpath(path, results_dir)
     for section in ("metrics", "timings"):
       for name, value in payload.get(section, {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _is_number(value):
           row[name] = float(value)
+        elif isinstance(value, dict):
+          row.update({f"{name}[{key}]": float(item) for key, item in value.items() if _is_number(item)})
     rows.append(row)
   frame = pd.DataFrame(rows)
   if len(frame) and "elbo" in frame:
     frame["bound"] = frame["elbo_aux"].fillna(frame["elbo"]) if "elbo_aux" in frame else frame["elbo"]
   return frame
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -98,6 +108,16 @@ def to_markdown(frame: pd.DataFrame, digits: int = 3) -> str:
   return "\n".join(lines)
 
 
+def _transpose(table: pd.DataFrame) -> pd.DataFrame:
+  """A one-row summary as metric | value rows (an experiment with many metrics reads better down than across)."""
+  if len(table) != 1:
+    return table
+  row = table.iloc[0].drop(["benchmark", "dataset"])
+  if row["runs"] == 1:   # one run: its values, not means
+    row = row.rename(lambda name: name[:-len("_mean")] if name.endswith("_mean") else name)
+  return pd.DataFrame({"metric": list(row.index), "value": list(row.values)})
+
+
 def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = None) -> str:
   """Writes per-benchmark CSVs and report.md; returns the report's path."""
   frame = load_results(results_dir)
@@ -107,6 +127,14 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
   sections = ["# Results\n", f"Aggregated from {len(frame)} results.json files under `{results_dir}`.\n"]
   metric_names = [c for c in frame.columns if c not in KEYS + ["seed", "git_commit", "path"]]
   for benchmark, part in frame.groupby("benchmark"):
+    if benchmark not in PAPER_TABLES and part["dataset"].nunique() > 1:   # unrelated experiments: one section each
+      for dataset, experiment in part.groupby("dataset"):
+        table = summarise(experiment, metric_names).dropna(axis=1, how="all")
+        sections.append(f"## {benchmark}: {dataset}\n")
+        sections.append(f"{to_markdown(_transpose(table))}\n")
+      with atomic_output(os.path.join(output_dir, f"{benchmark}.csv")) as temporary:
+        summarise(part, metric_names).dropna(axis=1, how="all").to_csv(temporary, index=False)
+      continue
     table = summarise(part, metric_names).dropna(axis=1, how="all")
     if benchmark in PAPER_TABLES:
       columns = PAPER_COLUMNS_BY_BENCHMARK.get(benchmark, PAPER_COLUMNS)

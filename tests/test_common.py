@@ -72,3 +72,17 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
   assert "boston_housing" in text and "-2.874" in text
   assert "uci/figure4.png" in text and "smoke" not in text
   assert os.path.exists(tmp_path / "report" / "uci.csv")
+
+
+def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp_path):
+  write_results(str(tmp_path / "toy" / "eight_schools"), benchmark="toy", dataset="eight_schools",
+                method="refined_vi", seed=0, flags={},
+                metrics={"elbo_aux_by_k": {"1": -31.47, "4": -31.45}, "nuts_mu_mean": 4.4}, timings={})
+  write_results(str(tmp_path / "toy" / "multimodal"), benchmark="toy", dataset="multimodal", method="refined_vi",
+                seed=0, flags={}, metrics={"elbo_aux": -0.5}, timings={})
+  frame = report.load_results(str(tmp_path))
+  row = frame[frame.dataset == "eight_schools"].iloc[0]
+  assert row["elbo_aux_by_k[4]"] == pytest.approx(-31.45) and row["nuts_mu_mean"] == pytest.approx(4.4)
+  text = open(report.write_report(str(tmp_path), str(tmp_path / "report"))).read()
+  eight_schools = text.split("## toy: eight_schools")[1].split("## toy: multimodal")[0]
+  assert "| elbo_aux_by_k[4] | -31.450 |" in eight_schools and "elbo_aux_mean" not in eight_schools
