@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates every table and figure this suite has so far (toy Figure 2, UCI Table 1, LeNet-5 Table 2
-# and Figure 4), then the report. Data: $REFINED_VI_DATA_DIR (or downloads, checksummed).
+# Regenerates every table and figure this suite has so far (toy Figure 2, eight schools Figure 3, UCI
+# Table 1, LeNet-5 Table 2 and Figure 4), then the report. Data: $REFINED_VI_DATA_DIR (or downloads, checksummed).
 #   ./run_all.sh --scale=smoke [--output_root=DIR]   minutes: every binary and method at tiny settings
 #   ./run_all.sh --scale=paper [--output_root=DIR]   the paper's settings (LeNet-5: days on 2 CPU cores)
 set -euo pipefail
@@ -16,14 +16,18 @@ for argument in "$@"; do
 done
 case "$scale" in
   smoke) output_root="${output_root:-/tmp/refined_vi_smoke}"
-         toy_flags=(--num_samples=300 --vi_steps=500 --refine_steps=100 --elbo_samples=3000) ;;
+         toy_flags=(--num_samples=300 --vi_steps=500 --refine_steps=100 --elbo_samples=3000)
+         eight_schools_flags=(--num_auxiliary=1,2,4 --num_samples=300 --initial_steps=500 --steps_per_auxiliary=100
+                              --nuts_chains=16 --nuts_burnin=200 --nuts_draws=300) ;;
   paper) output_root="${output_root:-results}"
-         toy_flags=() ;;
+         toy_flags=()
+         eight_schools_flags=() ;;
   *) echo "error: unknown scale '$scale'; allowed: smoke, paper" >&2; exit 2 ;;
 esac
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 
 python -m toy.multimodal --output_dir="$output_root/toy/multimodal" "${toy_flags[@]}"
+python -m toy.eight_schools --output_dir="$output_root/toy/eight_schools" "${eight_schools_flags[@]}"
 
 # UCI regression (Table 1): smoke = every method on yacht for a few steps; paper = 9 datasets x 5 methods x 5 seeds.
 if [[ "$scale" == smoke ]]; then
