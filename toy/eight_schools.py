@@ -283,7 +283,7 @@ def _figures(config, refined, nuts, kl, output_dir) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  shown = list(refined)[:4]
+  shown = list(refined)
   figure, axes = plt.subplots(1, len(shown) + 1, figsize=(3.2 * (len(shown) + 1), 3.2), sharex=True, sharey=True)
   panels = [("NUTS", nuts["theta"][:, 0], np.log(nuts["tau"]))]
   panels += [(f"K = {k}", refined[k][2][:, 0], np.log(refined[k][1])) for k in shown]
