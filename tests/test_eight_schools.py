@@ -2,6 +2,9 @@
 the sample-based KL estimator and the stable-family conditioning are exact where they can be checked."""
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 
 import edward2 as ed
 import numpy as np
@@ -12,6 +15,8 @@ from scipy import stats
 from auxiliary_sampling import factorized
 from common.divergence import knn_kl_divergence
 from toy import eight_schools
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sample(program, names, num_draws, *args):
@@ -100,3 +105,13 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, field, va
   with pytest.raises(ValueError, match=field):
     eight_schools.train_and_evaluate(config, str(tmp_path))
   assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--num_auxiliary=1,0", "--num_auxiliary=1,x", "--num_samples=0"])
+def test_binary_rejects_bad_flags_with_one_line_and_exit_2(tmp_path, flag):
+  output_dir = tmp_path / "out"
+  completed = subprocess.run([sys.executable, "-m", "toy.eight_schools", f"--output_dir={output_dir}", flag],
+                             cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+  assert completed.returncode == 2
+  assert completed.stderr.strip().splitlines()[-1].startswith("error: num_")
+  assert not output_dir.exists()

@@ -310,10 +310,7 @@ def define_flags() -> None:
   defaults = EightSchoolsConfig()
   flags.DEFINE_string("output_dir", None, "Where results.json, the figures and the NUTS cache go.")
   flags.DEFINE_list("num_auxiliary", [str(k) for k in defaults.num_auxiliary], "Values of K, comma-separated.")
-  for name in ("num_samples", "initial_steps", "steps_per_auxiliary", "num_mc_samples", "elbo_num_samples",
-               "nuts_chains", "nuts_burnin", "nuts_draws", "knn_k", "seed"):
-    flags.DEFINE_integer(name, getattr(defaults, name), f"See EightSchoolsConfig.{name}.")
-  flags.DEFINE_float("learning_rate", defaults.learning_rate, "Adam learning rate of every fit.")
+  cli.define_config_flags(EightSchoolsConfig, exclude=("num_auxiliary",))
 
 
 def main(argv):
