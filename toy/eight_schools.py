@@ -31,6 +31,7 @@ import json
 import math
 import os
 import time
+from typing import Optional
 
 import edward2 as ed
 import numpy as np
@@ -62,7 +63,7 @@ def eight_schools():
   return ed.Normal(loc=theta, scale=tf.constant(STANDARD_ERRORS, tf.float32), name="y")
 
 
-def auxiliary_eight_schools(num_auxiliary: int, num_fixed: int = None):
+def auxiliary_eight_schools(num_auxiliary: int, num_fixed: Optional[int] = None):
   """The model through K additive auxiliaries per unknown (paper Section 2.4), at refinement stage k.
 
   a_mu_k ~ N(0, 25/K), a_tau_k ~ Cauchy(0, 5/K), a_theta_k ~ N(0, 1/K) for the
@@ -262,7 +263,7 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
     with open(temporary, "wb") as handle:
       np.savez(handle, **{f"{name}_k{k}": value for k, draws in refined.items()
                           for name, value in zip(("mu", "tau", "theta"), draws)})
-  _figures(config, refined, nuts, kl, output_dir)
+  _figures(refined, nuts, kl, output_dir)
   quadrature = posterior_means_by_quadrature()
   metrics = {
       "elbo_aux_by_k": elbo_aux, "elbo_aux_stderr_by_k": elbo_aux_std, "initial_elbo_by_k": initial_elbo,
@@ -279,7 +280,8 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
   return metrics
 
 
-def _figures(config, refined, nuts, kl, output_dir) -> None:
+def _figures(refined: dict, nuts: dict, kl: dict, output_dir: str) -> None:
+  """Figure 3 left (theta_1 against log tau: NUTS, then every K) and right (KL to NUTS against K)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
