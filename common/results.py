@@ -34,13 +34,17 @@ def library_versions() -> dict[str, str]:
 
 
 def git_commit(repository: Optional[str] = None) -> Optional[str]:
-  """HEAD of the repository holding this code, with '-dirty' if tracked files changed."""
+  """HEAD of the repository holding this code, with '-dirty' if tracked files outside results/ changed.
+
+  Committed runs live under results/, so a rerun overwrites tracked files there before its
+  results.json is written; those are outputs, not code.
+  """
   repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True,
                             check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repository,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+                           cwd=repository, capture_output=True, text=True, check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return None
   return commit + ("-dirty" if dirty else "")

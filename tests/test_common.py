@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -86,3 +87,21 @@ def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp
   text = open(report.write_report(str(tmp_path), str(tmp_path / "report"))).read()
   eight_schools = text.split("## toy: eight_schools")[1].split("## toy: multimodal")[0]
   assert "| elbo_aux_by_k[4] | -31.450 |" in eight_schools and "elbo_aux_mean" not in eight_schools
+
+
+def test_git_commit_is_dirty_for_changed_code_but_not_for_rewritten_results(tmp_path):
+  from common.results import git_commit
+
+  def git(*args):
+    subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+  git("init", "-q")
+  (tmp_path / "results").mkdir()
+  (tmp_path / "results" / "results.json").write_text("{}")
+  (tmp_path / "code.py").write_text("x = 1\n")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+  assert not git_commit(str(tmp_path)).endswith("-dirty")
+  (tmp_path / "results" / "results.json").write_text('{"rerun": true}')
+  assert not git_commit(str(tmp_path)).endswith("-dirty")
+  (tmp_path / "code.py").write_text("x = 2\n")
+  assert git_commit(str(tmp_path)).endswith("-dirty")
