@@ -41,6 +41,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.conditionals import normal_log_prob
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.objective import Adam
 
@@ -69,8 +70,9 @@ class StableBlock:
     return self.scale * (math.sqrt(fraction) if self.family == "normal" else fraction)
 
   def log_prob(self, value, scale):
+    """log family(value; 0, scale), element-wise."""
     if self.family == "normal":
-      return -0.5 * math.log(2 * math.pi) - tf.math.log(scale) - 0.5 * tf.square(value / scale)
+      return normal_log_prob(value, 0.0, tf.square(scale))
     return -math.log(math.pi) - tf.math.log(scale) - tf.math.log1p(tf.square(value / scale))
 
 
@@ -90,10 +92,6 @@ class StableRefinementResult:
   @property
   def elbo_aux_estimate(self) -> float:
     return float(np.mean(self.elbo_aux))
-
-
-def _normal_log_prob(value, loc, scale):
-  return -0.5 * math.log(2 * math.pi) - tf.math.log(scale) - 0.5 * tf.square((value - loc) / scale)
 
 
 class StableRefinement(tf.Module):
@@ -146,7 +144,7 @@ class StableRefinement(tf.Module):
     for block in self.blocks:
       loc, scale = self.location(block)[:, None], self.scale(block)[:, None]
       draws = loc + scale * self.noise.normal([num_samples, *block.event_shape])
-      log_density = _normal_log_prob(draws, loc, scale)
+      log_density = normal_log_prob(draws, loc, tf.square(scale))
       log_q += tf.reduce_sum(tf.reshape(log_density, [self.num_members, num_samples, -1]), axis=-1)
       residual[block.name] = tf.reshape(draws, [self.num_members * num_samples, *block.event_shape])
       repeated = np.repeat(self.fixed[block.name], num_samples, axis=0)
