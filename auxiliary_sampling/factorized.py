@@ -6,26 +6,26 @@ whose prior family is closed under sums of independent copies ("stable"):
 Normal (scales add in quadrature) and Cauchy (scales add), so that K i.i.d.
 auxiliaries a_k with the split scale sum to the original prior, and after
 fixing a_1..k the rest is one residual r = sum_{j>k} a_j with a prior of the
-same family. The variational family is a Gaussian mean-field q(r) per block
-element, the analogue of the paper's q(w); so K = 1 is plain mean-field VI and
-every K starts from the same fit. Step k (Algorithm 1):
+same family. The variational family over r is, per block element, the one
+that holds the exact conditional after every conditioning step (the
+assumption of Proposition 1), so refinement starts each stage from q_{k-1}
+conditioned on a_k and its refit can only raise the ELBO:
+
+  Normal blocks: a Gaussian q(r) (the paper's q(w)); conditioning keeps it Gaussian.
+  Cauchy blocks: q(r) ∝ N(r; m, s²) p_rest(r) / p_prior(r + A), A the sum of the fixed
+      auxiliaries (`tilted.TiltedGaussian`). Conditioning on a maps it to the same form
+      with m - a, A + a and the smaller residual prior: the exact conditional, which a
+      Gaussian cannot hold (it is bimodal when a lands away from q's mass). Before any
+      conditioning the tilt is 1.
+
+So K = 1 is plain mean-field VI and every K starts from the same fit. Step k (Algorithm 1):
 
   draw a_k ~ q_{k-1}(a_k) = int q(r) p(a_k | r) dr: r ~ q(r), then a_k | r,
       p(a_k | r) ∝ p_1(a_k) p_rest(r - a_k), by inverse CDF on a dense grid;
   log q_{k-1}(a_k) = log p_1(a_k) + log E_q[p_rest(r - a_k) / p_r(r)] (dense quadrature);
-  q_k(r') := the moment-matched Gaussian of q_{k-1}(r' + a_k | a_k) (exact for a Normal
-      prior), then T Adam steps on the conditional ELBO.
+  q_k(r') := q_{k-1}(r' + a_k | a_k), then T Adam steps on the conditional ELBO.
 
   ELBO_aux = E[log p(y, a_1..K-1, r)] - E[log q(r)] - sum_{k<K} log q_{k-1}(a_k)   (paper Eq. 13)
-
-Known limitation: for a Normal block the moment-matched q(r | a_k) is exact, so
-Proposition 1 (ELBO_aux >= ELBO) holds up to the refits' optimisation. For a
-Cauchy block the exact conditional is a Gaussian times a ratio of Cauchy
-densities, bimodal when a_k lands far from q's mass, and the Gaussian family
-cannot hold it: on eight schools (K = 4, M = 500) the last conditioning step
-costs 0.05 nats that a refit of any length recovers only in part, so ELBO_aux
-falls below the mean-field ELBO for K >= 4. A residual family that contains
-the exact conditional is the open fix.
 
 The log joint log p(y, a_1..k, r) comes from the caller (for example an Edward2
 program), so the model is never re-derived here. All members (sample paths) run
@@ -44,6 +44,7 @@ import tensorflow as tf
 from auxiliary_sampling.conditionals import normal_log_prob
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.objective import Adam
+from auxiliary_sampling.tilted import TiltedGaussian
 
 FAMILIES = ("normal", "cauchy")
 _GRID_SIZE = 2049
@@ -142,15 +143,42 @@ class StableRefinement(tf.Module):
     """Per member, E_q(r)[log p(y, a_1..k, r) - log q(r)] by `num_samples` reparameterised draws."""
     residual, fixed, log_q = {}, {}, 0.0
     for block in self.blocks:
-      loc, scale = self.location(block)[:, None], self.scale(block)[:, None]
-      draws = loc + scale * self.noise.normal([num_samples, *block.event_shape])
-      log_density = normal_log_prob(draws, loc, tf.square(scale))
+      draws, log_density = self._draw_residual(block, num_samples)
       log_q += tf.reduce_sum(tf.reshape(log_density, [self.num_members, num_samples, -1]), axis=-1)
       residual[block.name] = tf.reshape(draws, [self.num_members * num_samples, *block.event_shape])
       repeated = np.repeat(self.fixed[block.name], num_samples, axis=0)
       fixed[block.name] = tf.constant(repeated)
     log_joint = tf.reshape(self.log_joint_fn(self.num_fixed, fixed, residual), [self.num_members, num_samples])
     return tf.reduce_mean(log_joint - log_q, axis=1)
+
+  def _is_tilted(self, block: StableBlock) -> bool:
+    return block.family == "cauchy" and self.num_fixed > 0   # before any conditioning the tilt is 1
+
+  def _draw_residual(self, block: StableBlock, num_samples: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Reparameterised draws r ~ q(r) and log q(r), both [M, num_samples, *event]."""
+    loc, scale = self.location(block)[:, None], self.scale(block)[:, None]
+    noise = self.noise.normal([num_samples, *block.event_shape])
+    if not self._is_tilted(block):
+      draws = loc + scale * noise
+      return draws, normal_log_prob(draws, loc, tf.square(scale))
+    # Element-major [n, S] for the per-element grids, with u = Phi(noise) as the uniforms.
+    rank = len(block.event_shape)
+    to_elements = [0, *range(2, rank + 2), 1]
+    uniforms = 0.5 * tf.math.erfc(-tf.cast(noise, tf.float64) / math.sqrt(2.0))
+    uniforms = tf.reshape(tf.transpose(uniforms, to_elements), [-1, num_samples])
+    uniforms = tf.clip_by_value(uniforms, 1e-12, 1.0 - 1e-12)
+    distribution = self.tilted_residual(block)
+    draws = distribution.sample(uniforms)
+    log_density = distribution.log_prob(draws)
+    from_elements = [0, rank + 1, *range(1, rank + 1)]
+    shape = [self.num_members, *block.event_shape, num_samples]
+    return tuple(tf.cast(tf.transpose(tf.reshape(x, shape), from_elements), tf.float32)
+                 for x in (draws, log_density))
+
+  def tilted_residual(self, block: StableBlock) -> TiltedGaussian:
+    """q(r) of a Cauchy block over its M * prod(event) elements, differentiable in its Gaussian factor."""
+    return residual_tilted_gaussian(block, tf.reshape(self.location(block), [-1]), tf.reshape(self.scale(block), [-1]),
+                                    self.fixed[block.name].sum(axis=1).reshape(-1), self.residual_scale(block))
 
   def _fit_function(self):
     if self.num_fixed not in self._fit_functions:   # the log joint's structure depends on k
@@ -182,7 +210,7 @@ class StableRefinement(tf.Module):
     return trace
 
   def condition_next(self) -> np.ndarray:
-    """Draws a_k ~ q_{k-1}(a_k) for every element, fixes it, re-centres q(r); returns log q_{k-1}(a_k) [M]."""
+    """Draws a_k ~ q_{k-1}(a_k) for every element, fixes it, moves q(r) to q(r | a_k); returns log q_{k-1}(a_k) [M]."""
     if self.num_fixed >= self.num_auxiliary - 1:
       raise ValueError(f"all {self.num_auxiliary - 1} conditioning steps are done")
     log_q_total = np.zeros([self.num_members])
@@ -192,7 +220,12 @@ class StableRefinement(tf.Module):
       one = block.split_scale(1.0 / self.num_auxiliary)
       rest = block.split_scale((self.num_auxiliary - self.num_fixed - 1) / self.num_auxiliary)
       total = self.residual_scale(block)
-      draw, log_q, new_loc, new_scale = sample_auxiliary(block, loc, scale, one, rest, total, self.rng)
+      if block.family == "normal":
+        draw, log_q, new_loc, new_scale = sample_auxiliary(block, loc, scale, one, rest, total, self.rng)
+      else:   # the tilted family: the exact conditional has the same Gaussian factor, moved by a
+        fixed_sum = self.fixed[block.name].sum(axis=1).astype(np.float64).ravel()
+        draw, log_q = sample_auxiliary_tilted(block, loc, scale, fixed_sum, one, rest, total, self.rng)
+        new_loc, new_scale = loc - draw, scale
       shape = [self.num_members, *block.event_shape]
       log_q_total += log_q.reshape(self.num_members, -1).sum(axis=1)
       self.fixed[block.name] = np.concatenate(
@@ -208,8 +241,8 @@ class StableRefinement(tf.Module):
     """The unknowns: sum of the fixed auxiliaries plus a draw of the residual from q(r)."""
     samples = {}
     for block in self.blocks:
-      residual = self.location(block) + self.scale(block) * self.noise.normal(block.event_shape)
-      samples[block.name] = self.fixed[block.name].sum(axis=1) + residual.numpy()
+      residual, _ = self._draw_residual(block, 1)
+      samples[block.name] = self.fixed[block.name].sum(axis=1) + residual.numpy()[:, 0]
     return samples
 
 
@@ -217,13 +250,52 @@ def _log_prob_np(block: StableBlock, value, scale):
   return np.asarray(block.log_prob(tf.constant(value, tf.float64), tf.constant(scale, tf.float64)))
 
 
+def residual_tilted_gaussian(block: StableBlock, loc, scale, fixed_sum, residual_scale: float) -> TiltedGaussian:
+  """q(r) ∝ N(r; loc, scale²) p_residual(r) / p_prior(r + fixed_sum) element-wise (all [n])."""
+  fixed_sum = tf.constant(np.asarray(fixed_sum, np.float64)[:, None])
+  residual_scale64, prior_scale = (tf.constant(x, tf.float64) for x in (residual_scale, block.scale))
+
+  def log_tilt(r):
+    return block.log_prob(r, residual_scale64) - block.log_prob(r + fixed_sum, prior_scale)
+  return TiltedGaussian(loc, scale, log_tilt, anchors=[(0.0, residual_scale)])
+
+
+def sample_auxiliary_tilted(block: StableBlock, loc: np.ndarray, scale: np.ndarray, fixed_sum: np.ndarray,
+                            one: float, rest: float, total: float, rng: np.random.Generator):
+  """a ~ int q(r) p(a | r) dr element-wise for the tilted q(r) of `residual_tilted_gaussian` (scale `total`).
+
+  Returns (a, log q(a)); q(r' | a) is the tilted family with loc - a and the
+  fixed sum plus a. In chunks, so memory stays bounded.
+  """
+  if not rest > 0:
+    raise ValueError(f"rest={rest!r} must be > 0: the last auxiliary is the residual itself")
+  draws, log_qs = [], []
+  for start in range(0, len(loc), _CHUNK):
+    chunk = slice(start, start + _CHUNK)
+    residual = residual_tilted_gaussian(block, loc[chunk], scale[chunk], fixed_sum[chunk], total)
+    residual_draw = residual.sample(rng.uniform(1e-12, 1.0 - 1e-12, size=[len(loc[chunk]), 1])).numpy()[:, 0]
+    draw = _draw_given_residual(block, residual_draw, one, rest, rng)
+    draw_column = tf.constant(draw[:, None])
+    rest64, total64 = tf.constant(rest, tf.float64), tf.constant(total, tf.float64)
+
+    def log_ratio(r):
+      return block.log_prob(r - draw_column, rest64) - block.log_prob(r, total64)
+    log_expectation = residual.log_expectation(log_ratio, anchors=[(draw, rest)]).numpy()
+    draws.append(draw)
+    log_qs.append(_log_prob_np(block, draw, one) + log_expectation)
+  return np.concatenate(draws), np.concatenate(log_qs)
+
+
 def sample_auxiliary(block: StableBlock, loc: np.ndarray, scale: np.ndarray, one: float, rest: float,
                      total: float, rng: np.random.Generator):
-  """a ~ int N(r; loc, scale^2) p(a | r) dr element-wise, where r = a + r', a ~ family(one), r' ~ family(rest).
+  """a ~ int N(r; loc, scale^2) p(a | r) dr element-wise, where r = a + r', a ~ N(0, one²), r' ~ N(0, rest²).
 
-  Returns (a, log q(a), loc and scale of the Gaussian moment-matched to q(r' | a)). Works
-  through the elements in chunks, so memory stays bounded at any number of elements.
+  Returns (a, log q(a), loc and scale of q(r' | a)), which is Gaussian (computed
+  by quadrature, exact up to discretisation). Works through the elements in
+  chunks, so memory stays bounded at any number of elements.
   """
+  if block.family != "normal":
+    raise ValueError(f"sample_auxiliary needs a normal block, got {block.family!r}; use sample_auxiliary_tilted")
   if not rest > 0:
     raise ValueError(f"rest={rest!r} must be > 0: the last auxiliary is the residual itself")
   chunks = [_sample_auxiliary_chunk(block, loc[start:start + _CHUNK], scale[start:start + _CHUNK], one, rest,
@@ -231,9 +303,9 @@ def sample_auxiliary(block: StableBlock, loc: np.ndarray, scale: np.ndarray, one
   return tuple(np.concatenate(parts) for parts in zip(*chunks))
 
 
-def _sample_auxiliary_chunk(block, loc, scale, one, rest, total, rng):
-  residual = loc + scale * rng.standard_normal(loc.shape)
-  # a | r on a tan-spaced grid around the two centres 0 and r: covers the heavy Cauchy tails.
+def _draw_given_residual(block: StableBlock, residual: np.ndarray, one: float, rest: float,
+                         rng: np.random.Generator) -> np.ndarray:
+  """a ~ p(a | r) ∝ p_one(a) p_rest(r - a) element-wise, by inverse CDF on a tan-spaced grid around 0 and r."""
   width = one + rest
   u = np.linspace(-np.pi / 2, np.pi / 2, _GRID_SIZE + 2)[1:-1]
   grid = residual[:, None] / 2 + width * np.tan(u)[None, :]                      # [n, G]
@@ -248,7 +320,12 @@ def _sample_auxiliary_chunk(block, loc, scale, one, rest, total, rng):
   low_cdf, high_cdf = cdf[rows, index - 1], cdf[rows, index]
   fraction = np.clip((targets[:, 0] - low_cdf) / np.maximum(high_cdf - low_cdf, 1e-300), 0.0, 1.0)
   u_draw = u[index - 1] + fraction * (u[index] - u[index - 1])
-  draw = residual / 2 + width * np.tan(u_draw)
+  return residual / 2 + width * np.tan(u_draw)
+
+
+def _sample_auxiliary_chunk(block, loc, scale, one, rest, total, rng):
+  residual = loc + scale * rng.standard_normal(loc.shape)
+  draw = _draw_given_residual(block, residual, one, rest, rng)
   # log q(a) and the moments of q(r | a) by quadrature over r ~ q(r): r = loc + scale z.
   z = np.linspace(-9.0, 9.0, _GRID_SIZE)
   r = loc[:, None] + scale[:, None] * z[None, :]
