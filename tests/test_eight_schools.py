@@ -82,6 +82,28 @@ def test_normal_conditioning_is_exact_so_the_elbo_is_unchanged_in_expectation():
   assert abs(mixture.mean() - 0.7) < 0.005 and abs(mixture.std() - 0.3) < 0.005
 
 
+def test_cauchy_conditioning_with_the_tilted_family_is_exact():
+  """q(r) tilted by p_rest(r) / p_prior(r + A): after drawing a ~ q(a) and moving to loc - a, A + a and the
+  smaller residual prior, a + r' is distributed as the old r (the exact conditional), and log q(a) is the
+  marginal density of the draws (a + r' matches the old r only if the a's are draws of q(a))."""
+  block = factorized.StableBlock("w", "cauchy", 5.0)
+  n, one, rest, total, fixed = 10_000, 1.25, 2.5, 3.75, 1.3   # K = 4 after one fixed auxiliary (scales add)
+  loc, scale, fixed_sum = np.full(n, -0.8), np.full(n, 1.7), np.full(n, fixed)
+  rng = np.random.default_rng(0)
+  draw, log_q = factorized.sample_auxiliary_tilted(block, loc, scale, fixed_sum, one, rest, total, rng)
+  old = factorized.residual_tilted_gaussian(block, loc[:1], scale[:1], fixed_sum[:1], total)
+  new = factorized.residual_tilted_gaussian(block, loc - draw, scale, fixed_sum + draw, rest)
+  moved = draw + new.sample(rng.uniform(size=(n, 1))).numpy()[:, 0]
+  nodes, cdf = old.nodes.numpy()[0], old.cdf.numpy()[0]
+  assert stats.kstest(moved, lambda x: np.interp(x, nodes, cdf)).pvalue > 0.01
+  # log q(a) = log ∫ q(r) p(a | r) dr, against scipy on a dense grid.
+  r = np.linspace(-60.0, 60.0, 200_001)
+  old_density = np.exp(old.log_prob(r[None, :]).numpy()[0])
+  for a, value in zip(draw[:5], log_q[:5]):
+    conditional = stats.cauchy(0, one).pdf(a) * stats.cauchy(0, rest).pdf(r - a) / stats.cauchy(0, total).pdf(r)
+    assert abs(value - math.log(np.trapz(old_density * conditional, r))) < 2e-3
+
+
 def test_binary_writes_results_and_figures_and_caches_nuts(tmp_path):
   config = eight_schools.EightSchoolsConfig(
       num_auxiliary=(1, 2), num_samples=40, initial_steps=40, steps_per_auxiliary=20, elbo_num_samples=16,

@@ -165,10 +165,11 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
           "divergences": np.array(int(np.sum(divergent.numpy()))), "max_r_hat": np.array(max(r_hat))}
 
 
-def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
-  """E[mu | y] and E[tau | y] by quadrature over (mu, log tau), theta integrated out analytically.
+def _posterior_grid(grid_size: int):
+  """log p(mu, log tau | y) + const on a grid over (mu, log tau), theta integrated out analytically.
 
-  p(mu, tau | y) ∝ N(mu; 0, 25) HalfCauchy(tau; 5) prod_i N(y_i; mu, sigma_i^2 + tau^2).
+  p(mu, tau | y) ∝ N(mu; 0, 25) HalfCauchy(tau; 5) prod_i N(y_i; mu, sigma_i^2 + tau^2); the
+  density in log tau carries the Jacobian tau.
   """
   mu = np.linspace(-40.0, 50.0, grid_size)[:, None]
   log_tau = np.linspace(-12.0, 7.0, grid_size)[None, :]
@@ -177,10 +178,34 @@ def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
   log_likelihood = np.sum(-0.5 * np.log(2 * np.pi * variance)
                           - 0.5 * (EFFECTS[:, None, None] - mu[None]) ** 2 / variance, axis=0)
   log_prior = -0.5 * mu ** 2 / 25.0 + np.log(2.0 / (np.pi * 5.0 * (1.0 + (tau / 5.0) ** 2))) + log_tau
-  log_posterior = log_likelihood + log_prior
+  return mu[:, 0], log_tau[0], log_likelihood + log_prior
+
+
+def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
+  """E[mu | y] and E[tau | y] by quadrature over (mu, log tau)."""
+  mu, log_tau, log_posterior = _posterior_grid(grid_size)
   weights = np.exp(log_posterior - log_posterior.max())
   weights /= weights.sum()
-  return {"mu_mean": float(np.sum(weights * mu)), "tau_mean": float(np.sum(weights * tau))}
+  return {"mu_mean": float(np.sum(weights * mu[:, None])), "tau_mean": float(np.sum(weights * np.exp(log_tau)[None]))}
+
+
+def posterior_draws_by_quadrature(num_draws: int, seed: int, grid_size: int = 801) -> dict[str, np.ndarray]:
+  """Independent exact posterior draws: (mu, log tau) from the quadrature grid, uniform within a cell,
+  then theta_i | mu, tau, y ~ N((y_i / sigma_i^2 + mu / tau^2) / precision_i, 1 / precision_i).
+
+  A reference that needs no MCMC (the tests use it; the binary checks NUTS against it)."""
+  rng = np.random.default_rng(seed)
+  mu_nodes, log_tau_nodes, log_posterior = _posterior_grid(grid_size)
+  weights = np.exp(log_posterior - log_posterior.max()).ravel()
+  cells = rng.choice(weights.size, size=num_draws, p=weights / weights.sum())
+  mu_index, tau_index = np.unravel_index(cells, log_posterior.shape)
+  mu = mu_nodes[mu_index] + (rng.uniform(size=num_draws) - 0.5) * (mu_nodes[1] - mu_nodes[0])
+  log_tau = log_tau_nodes[tau_index] + (rng.uniform(size=num_draws) - 0.5) * (log_tau_nodes[1] - log_tau_nodes[0])
+  tau = np.exp(log_tau)
+  precision = 1.0 / STANDARD_ERRORS[None, :] ** 2 + 1.0 / tau[:, None] ** 2
+  mean = (EFFECTS[None, :] / STANDARD_ERRORS[None, :] ** 2 + mu[:, None] / tau[:, None] ** 2) / precision
+  theta = mean + rng.standard_normal(mean.shape) / np.sqrt(precision)
+  return {"mu": mu, "tau": tau, "theta": theta}
 
 
 def as_features(mu, tau, theta) -> np.ndarray:
