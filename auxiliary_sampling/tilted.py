@@ -59,7 +59,7 @@ def log_trapezoid(nodes: tf.Tensor, log_values: tf.Tensor) -> tf.Tensor:
 class TiltedGaussian:
   """q(r) ∝ N(r; loc, scale²) h(r) for n independent elements (loc, scale: [n], differentiable)."""
 
-  def __init__(self, loc, scale, log_tilt_fn: LogTiltFn, anchors: Sequence[Anchor] = (), grid_size: int = 512):
+  def __init__(self, loc, scale, log_tilt_fn: LogTiltFn, anchors: Sequence[Anchor] = (), grid_size: int = 256):
     self.loc = tf.cast(loc, tf.float64)
     self.scale = tf.cast(scale, tf.float64)
     self.log_tilt_fn = log_tilt_fn

@@ -229,7 +229,7 @@ def as_features(mu, tau, theta) -> np.ndarray:
 @dataclasses.dataclass
 class EightSchoolsConfig:
   num_auxiliary: tuple[int, ...] = (1, 2, 4, 8, 16)
-  num_samples: int = 2000
+  num_samples: int = 1000   # refined samples per K; the Cauchy block's grids make K = 16 the costly part
   initial_steps: int = 3000
   steps_per_auxiliary: int = 500
   learning_rate: float = 1e-2
