@@ -133,6 +133,9 @@ def test_binary_writes_results_and_figures_and_caches_nuts(tmp_path):
   assert set(metrics["elbo_aux_by_k"]) == set(metrics["kl_by_k"]) == {"1", "2"}
   assert all(np.isfinite(v) for v in metrics["elbo_aux_by_k"].values())
   assert set(metrics["kl_all_parameters_by_k"]) == {"1", "2"}
+  assert np.isfinite(metrics["kl_exact_draws_mean"]) and metrics["kl_exact_draws_std"] > 0
+  assert metrics["kl_auxiliary_by_k"]["1"] == pytest.approx(
+      metrics["log_evidence_quadrature"] - metrics["elbo_aux_by_k"]["1"])
   with np.load(tmp_path / "samples.npz") as samples:
     assert samples["theta_k2"].shape == (40, 8) and np.all(samples["tau_k2"] >= 0)
   for name in ("results.json", "figure_samples.png", "figure_kl.png", "nuts.npz", "samples.npz"):
