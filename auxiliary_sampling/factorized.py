@@ -269,6 +269,7 @@ def sample_auxiliary_tilted(block: StableBlock, loc: np.ndarray, scale: np.ndarr
   """
   if not rest > 0:
     raise ValueError(f"rest={rest!r} must be > 0: the last auxiliary is the residual itself")
+  rest64, total64 = tf.constant(rest, tf.float64), tf.constant(total, tf.float64)
   draws, log_qs = [], []
   for start in range(0, len(loc), _CHUNK):
     chunk = slice(start, start + _CHUNK)
@@ -276,7 +277,6 @@ def sample_auxiliary_tilted(block: StableBlock, loc: np.ndarray, scale: np.ndarr
     residual_draw = residual.sample(rng.uniform(1e-12, 1.0 - 1e-12, size=[len(loc[chunk]), 1])).numpy()[:, 0]
     draw = _draw_given_residual(block, residual_draw, one, rest, rng)
     draw_column = tf.constant(draw[:, None])
-    rest64, total64 = tf.constant(rest, tf.float64), tf.constant(total, tf.float64)
 
     def log_ratio(r):
       return block.log_prob(r - draw_column, rest64) - block.log_prob(r, total64)
