@@ -105,6 +105,7 @@ class MeanFieldLayer(tf_keras.layers.Layer):
     self.num_members = num_members
     self.prior_scale = prior_scale
     self.trainable_prior_scale = trainable_prior_scale
+    self.weight_noise = "per_example"   # see the module docstring; set through `weight_noise_mode`
     self._parameters: list[GaussianMeanField] = []
 
   def _add_mean_field(self, name: str, shape: Sequence[int], loc_initializer) -> GaussianMeanField:
@@ -139,6 +140,11 @@ class MeanFieldLayer(tf_keras.layers.Layer):
       return inputs
     raise ValueError(f"{self.name}: expected inputs of rank {event_rank + 1} or {event_rank + 2} "
                      f"(with a member axis), got shape {inputs.shape}")
+
+  def _weight_sample(self, parameter: GaussianMeanField) -> tf.Tensor:
+    """One reparameterised draw of `parameter` per member ([M, ...]; no member axis if None)."""
+    noise = self.noise.normal(parameter.event_shape, self.dtype)
+    return parameter.posterior_loc + parameter.posterior_scale * noise
 
   def _check_input_rank(self, inputs: tf.Tensor, event_rank: int) -> None:
     if self.num_members is None and inputs.shape.rank != event_rank + 1:
@@ -177,6 +183,8 @@ class DenseReparameterization(MeanFieldLayer):
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 1)
+    if self.weight_noise == "per_batch":
+      return self.activation(self._call_with_weights(inputs))
     if self.num_members is None:
       mean = tf.matmul(inputs, self.kernel.posterior_loc)
       variance = tf.matmul(tf.square(inputs), self.kernel.posterior_variance)
@@ -192,6 +200,20 @@ class DenseReparameterization(MeanFieldLayer):
     event_shape = tf.shape(mean)[0 if self.num_members is None else 1:]
     outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.dtype)
     return self.activation(outputs)
+
+  def _call_with_weights(self, inputs: tf.Tensor) -> tf.Tensor:
+    """Pre-activations with one weight draw per member, shared by the batch (per_batch noise)."""
+    kernel = self._weight_sample(self.kernel)
+    if self.num_members is None:
+      outputs = tf.matmul(inputs, kernel)
+    else:
+      if inputs.shape.rank != 2:
+        inputs = self._with_member_axis(inputs, 1)
+      outputs = self._member_matmul(inputs, kernel)
+    if self.bias is not None:
+      bias = self._weight_sample(self.bias)
+      outputs += bias if self.num_members is None else bias[:, None]
+    return outputs
 
 
 class Conv2DFlipout(MeanFieldLayer):
@@ -222,6 +244,10 @@ class Conv2DFlipout(MeanFieldLayer):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 3)
     inputs = self._with_member_axis(inputs, 3)
+    if self.weight_noise == "per_batch":
+      outputs = self._convolve(inputs, self._weight_sample(self.kernel))
+      bias = self._weight_sample(self.bias)
+      return self.activation(outputs + (bias if self.num_members is None else bias[:, None, None, None]))
     member_axis = 0 if self.num_members is None else 1
     batch = tf.shape(inputs)[member_axis]
     kernel_noise = self.noise.normal(self.kernel.event_shape, self.dtype)

@@ -9,7 +9,8 @@ reset (refinement resets it for every new auxiliary variable).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+import contextlib
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +38,37 @@ def layers_of(model) -> list:
   if isinstance(model, tf_keras.layers.Layer):
     return [model] + list(model._flatten_layers(include_self=False, recursive=True))
   return list(model.submodules)
+
+
+WEIGHT_NOISE = ("per_example", "per_batch")
+
+
+def check_weight_noise(mode: str) -> str:
+  """`mode` if it is one of WEIGHT_NOISE (see `auxiliary_sampling.layers`), else ValueError."""
+  if mode not in WEIGHT_NOISE:
+    raise ValueError(f"unknown weight_noise {mode!r}; allowed: {', '.join(WEIGHT_NOISE)}")
+  return mode
+
+
+@contextlib.contextmanager
+def weight_noise_mode(model: tf.Module, mode: str) -> Iterator[None]:
+  """Within the context, the model's mean-field layers draw weight noise `mode`-wise.
+
+  per_example: independent noise per example (local reparameterisation, Flipout);
+  per_batch: one weight draw per member, shared by the batch. Layers read the
+  mode when called, so a `tf.function` traced inside the context keeps it for
+  all its later calls, and one traced outside keeps per_example.
+  """
+  check_weight_noise(mode)
+  noisy_layers = [layer for layer in layers_of(model) if hasattr(layer, "weight_noise")]
+  previous = [layer.weight_noise for layer in noisy_layers]
+  try:
+    for layer in noisy_layers:
+      layer.weight_noise = mode
+    yield
+  finally:
+    for layer, old_mode in zip(noisy_layers, previous):
+      layer.weight_noise = old_mode
 
 
 def model_kl(model: tf.Module) -> tf.Tensor:
@@ -111,12 +143,16 @@ class ElboMaximizer(tf.Module):
   N * mean_batch log p - KL - `elbo_offset`, and the KL. `kl_fn` replaces
   the Gaussian mean-field KL (MNF's bound term; zero for point estimates).
   Subclasses may override `elbo_on_batch` (adversarial training does).
+  `weight_noise` (see `layers.WEIGHT_NOISE`) is how the model's layers draw
+  noise inside this loop only: the loop is traced in that mode.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
                variables: Sequence[tf.Variable], batch_size: int, data_seed: int = 0,
-               kl_fn: Optional[Callable[[], tf.Tensor]] = None, member_batches: Optional[int] = None):
+               kl_fn: Optional[Callable[[], tf.Tensor]] = None, member_batches: Optional[int] = None,
+               weight_noise: str = "per_example"):
     super().__init__(name="elbo_maximizer")
+    self.weight_noise = check_weight_noise(weight_noise)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
       raise ValueError(f"batch_size={batch_size!r} must be an integer >= 1")
     if member_batches is not None and (isinstance(member_batches, bool) or not isinstance(member_batches, int)
@@ -155,6 +191,10 @@ class ElboMaximizer(tf.Module):
   @tf.function
   def run(self, num_steps, learning_rate, elbo_offset):
     """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs."""
+    with weight_noise_mode(self.model, self.weight_noise):   # runs at trace time: the graph keeps the mode
+      return self._run(num_steps, learning_rate, elbo_offset)
+
+  def _run(self, num_steps, learning_rate, elbo_offset):
     learning_rate = tf.cast(learning_rate, tf.float32)
     elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
     kl_trace = tf.TensorArray(tf.float32, size=num_steps)

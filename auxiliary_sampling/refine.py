@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_data, estimate_elbo, layers_of,
-                                          mean_field_parameters, num_members_of)
+from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_data, check_weight_noise,
+                                          estimate_elbo, layers_of, mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.schedule import AuxiliarySchedule
 
@@ -119,7 +119,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            schedule: Optional[AuxiliarySchedule] = None, steps_per_auxiliary: int = 200,
            learning_rate_rule: str = "paper", learning_rates: Optional[list[float]] = None,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
-           total_members: Optional[int] = None, elbo_batch_size: int = 1024, elbo_num_samples: int = 1) -> RefinementResult:
+           total_members: Optional[int] = None, elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
+           weight_noise: str = "per_example") -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -139,8 +140,12 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       exactly the random numbers that run gives them; so members can be refined
       in separate calls (or checked against the vectorised run).
     elbo_batch_size, elbo_num_samples: the whole-dataset ELBO estimates.
+    weight_noise: how the optimisation draws weight noise, 'per_example' (local
+      reparameterisation / Flipout) or 'per_batch' (one draw per member and
+      step: cheaper, noisier gradients); the ELBO estimates are per_example.
   """
   num_samples = _positive_int("num_samples", num_samples)
+  check_weight_noise(weight_noise)
   steps_per_auxiliary = _positive_int("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
   member_offset = _positive_int("member_offset", member_offset, minimum=0)
   total_members = num_samples if total_members is None else _positive_int("total_members", total_members)
@@ -181,7 +186,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   maximizer = ElboMaximizer(
       members, inputs, labels, log_likelihood_fn,
       variables=[v for p in parameters for v in p.posterior_variables],
-      batch_size=batch_size, data_seed=derived_seed(seed, _DATA_STREAM))
+      batch_size=batch_size, data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise)
   cumulative_log_ratio = np.zeros([num_samples], np.float64)
   log_ratios, traces = [], []
   optimise_started = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import LogLikelihoodFn, estimate_elbo
+from auxiliary_sampling.objective import LogLikelihoodFn, check_weight_noise, estimate_elbo
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
@@ -39,6 +39,7 @@ class RefinedViConfig:
   variance_ratio: float = 0.7
   steps_per_auxiliary: int = 200
   refine_learning_rate_rule: str = "paper"
+  refine_weight_noise: str = "per_example"  # or per_batch: one weight draw per member and step (faster, noisier)
   equal_compute_steps: int = -1          # -1: num_samples * num_auxiliary * steps_per_auxiliary
   elbo_num_samples: int = 10
   vi_checkpoint_dir: Optional[str] = None
@@ -49,6 +50,7 @@ class RefinedViConfig:
     if self.refine_learning_rate_rule not in LEARNING_RATE_RULES:
       raise ValueError(f"unknown refine_learning_rate_rule {self.refine_learning_rate_rule!r}; allowed: "
                        f"{', '.join(LEARNING_RATE_RULES)}")
+    check_weight_noise(self.refine_weight_noise)
     for name in ("batch_size", "vi_steps", "num_samples", "num_auxiliary", "elbo_num_samples",
                  "steps_per_checkpoint"):
       if getattr(self, name) < 1:
@@ -123,7 +125,8 @@ def run_vi_family(method: str, config: RefinedViConfig, model_fn: Callable[[Opti
         model_fn, model, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
         schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
         steps_per_auxiliary=config.steps_per_auxiliary, learning_rate_rule=config.refine_learning_rate_rule,
-        batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples)
+        batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples,
+        weight_noise=config.refine_weight_noise)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_start_members"] = refinement.initial_elbo_estimate

@@ -4,9 +4,13 @@ A UCI-sized network (13 inputs, 50 ReLU units, Gaussian likelihood), batch 256:
 train VI for 30,000 steps, then produce M = 10 refined samples with K = 5
 auxiliary variables and 200 Adam steps each. The paper reports ~30% on a GPU;
 refining the members one after another is bound to ~33% (10,000 member-steps
-against 30,000 steps); the vectorised loop does all members in 1,000 steps.
+against 30,000 steps); the vectorised loop does all members in 1,000 steps. `--weight_noise=per_batch`
+measures refinement with one weight draw per member and step (see
+`auxiliary_sampling.layers`).
 
   python -m benchmarks.refine_speed --output_dir=results/benchmarks/refine_speed
+  python -m benchmarks.refine_speed --weight_noise=per_batch \
+      --output_dir=results/benchmarks/refine_speed_per_batch
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import tf_keras
 from absl import flags
 
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.objective import WEIGHT_NOISE
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
@@ -32,6 +37,7 @@ flags.DEFINE_integer("num_auxiliary", 5, "Auxiliary variables K.")
 flags.DEFINE_integer("steps_per_auxiliary", 200, "Adam steps per auxiliary variable.")
 flags.DEFINE_integer("num_examples", 455, "Training examples (Boston's 80% split by default).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
+flags.DEFINE_enum("weight_noise", "per_example", list(WEIGHT_NOISE), "How refinement draws weight noise.")
 
 
 def network(num_members=None):
@@ -45,7 +51,7 @@ def gaussian_log_likelihood(labels, outputs, noise_scale=0.5):
 
 
 def measure(vi_steps: int, num_samples: int, num_auxiliary: int, steps_per_auxiliary: int,
-            num_examples: int, seed: int) -> dict:
+            num_examples: int, seed: int, weight_noise: str = "per_example") -> dict:
   seed_everything(seed)
   rng = np.random.default_rng(seed)
   inputs = rng.normal(size=[num_examples, 13]).astype(np.float32)
@@ -57,7 +63,7 @@ def measure(vi_steps: int, num_samples: int, num_auxiliary: int, steps_per_auxil
   schedule = AuxiliarySchedule.geometric(0.7, num_auxiliary)
   started = time.perf_counter()
   result = refine(network, model, inputs, labels, gaussian_log_likelihood, num_samples=num_samples,
-                  schedule=schedule, steps_per_auxiliary=steps_per_auxiliary, seed=seed)
+                  schedule=schedule, steps_per_auxiliary=steps_per_auxiliary, seed=seed, weight_noise=weight_noise)
   refine_total = time.perf_counter() - started
   member_steps = num_auxiliary * steps_per_auxiliary
   return {
@@ -76,9 +82,9 @@ def measure(vi_steps: int, num_samples: int, num_auxiliary: int, steps_per_auxil
 def main(argv):
   del argv
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
-  names = ["vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples", "seed"]
+  names = ["vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples", "seed", "weight_noise"]
   values = cli.flag_values(names)
-  for name in names[:-1]:
+  for name in names[:-2]:
     cli.require(values[name] >= 1, f"{name}={values[name]} must be >= 1")
   outcome = measure(**values)
   write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="refine_speed", method="refined_vi",

@@ -6,7 +6,7 @@ import tensorflow_probability as tfp
 import tf_keras
 
 from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, GaussianSample
-from auxiliary_sampling.objective import ElboMaximizer, mean_field_parameters, model_kl
+from auxiliary_sampling.objective import ElboMaximizer, mean_field_parameters, model_kl, weight_noise_mode
 
 tfd = tfp.distributions
 
@@ -46,6 +46,74 @@ def test_conv_flipout_moments_match_independent_weight_samples():
   assert np.median(np.abs(draws.var(0) / var - 1)) < 0.05
 
 
+def _closed_form_moments(layer, x):
+  """Mean and variance of a linear mean-field layer's outputs (without a member axis)."""
+  k, b = layer.kernel, layer.bias
+
+  def apply(inputs, kernel):
+    if isinstance(layer, DenseReparameterization):
+      return tf.matmul(inputs, kernel)
+    return tf.nn.conv2d(inputs, kernel, 1, "SAME")
+  mean = apply(x, k.posterior_loc) + b.posterior_loc
+  variance = apply(tf.square(x), k.posterior_variance) + b.posterior_variance
+  return mean, variance
+
+
+LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]), (lambda: Conv2DFlipout(2, 3), [2, 5, 5, 3])]
+
+
+@pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
+def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_shape):
+  """per_batch: every example of a call sees the same weights; over calls, the outputs have q's moments."""
+  layer = make()
+  rng = np.random.default_rng(5)
+  x = tf.constant(rng.normal(size=x_shape), tf.float32)
+  x = tf.concat([x, x[:1]], 0)   # the last example repeats the first
+  layer(x)
+  _randomise(layer, 5)
+  with weight_noise_mode(layer, "per_batch"):
+    draws = np.stack([layer(x).numpy() for _ in range(3000)])
+  assert np.array_equal(draws[:, 0], draws[:, -1])
+  assert not np.allclose(draws[0], draws[1])
+  mean, variance = (t.numpy() for t in _closed_form_moments(layer, x))
+  assert np.abs(draws.mean(0) - mean).max() < 5 * np.sqrt(variance.max() / 3000)
+  assert np.median(np.abs(draws.var(0) / variance - 1)) < 0.05
+  # Outside the context the layer is back to independent noise per example.
+  assert layer.weight_noise == "per_example"
+  outputs = layer(x).numpy()
+  assert not np.allclose(outputs[0], outputs[-1])
+
+
+@pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
+def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
+  """The Monte Carlo gradient of sum(outputs^2) matches the gradient of its closed form, sum(mean^2 + var)."""
+  layer = make()
+  x = tf.constant(np.random.default_rng(6).normal(size=x_shape), tf.float32)
+  layer(x)
+  _randomise(layer, 6)
+  variables = [v for p in layer.mean_field_parameters for v in p.posterior_variables]
+  with tf.GradientTape() as tape:
+    mean, variance = _closed_form_moments(layer, x)
+    expected = tf.reduce_sum(tf.square(mean) + variance)
+  exact = np.concatenate([g.numpy().ravel() for g in tape.gradient(expected, variables)])
+  num_draws = 2000
+  for mode in ("per_example", "per_batch"):
+    with weight_noise_mode(layer, mode):
+      @tf.function
+      def draw_gradients():
+        def one_draw(_):
+          with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(layer(x)))
+          return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, variables)], 0)
+        return tf.map_fn(one_draw, tf.range(num_draws), fn_output_signature=tf.float32,
+                         parallel_iterations=1)
+      gradients = draw_gradients().numpy()
+    standard_error = gradients.std(0) / np.sqrt(num_draws)
+    z_scores = (gradients.mean(0) - exact) / np.maximum(standard_error, 1e-6)
+    assert np.abs(z_scores).max() < 5, mode
+  assert standard_error.max() > 0
+
+
 @pytest.mark.parametrize("make,x_shape", [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
                                           (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
 def test_kl_equals_direct_computation(make, x_shape):
@@ -83,6 +151,22 @@ def test_members_are_independent_computations():
     loss = tf.reduce_sum(stacked(member_inputs)[0]) + tf.reduce_sum(stacked.kl_divergence()[0])
   gradient = tape.gradient(loss, stacked.kernel.posterior_loc).numpy()
   assert np.abs(gradient[0]).sum() > 0 and np.all(gradient[1:] == 0)
+
+
+def test_per_batch_members_draw_their_own_weights():
+  """With a member axis, per_batch gives each member its own draw, shared by that member's batch."""
+  for layer, x in [(DenseReparameterization(2, num_members=3), tf.ones([5, 4])),
+                   (Conv2DFlipout(2, 3, num_members=3), tf.ones([5, 4, 4, 2]))]:
+    layer(x)
+    _randomise(layer, 7)
+    for p in layer.mean_field_parameters:  # identical members
+      p.posterior_loc.assign(tf.broadcast_to(p.posterior_loc[:1], p.posterior_loc.shape))
+      p.untransformed_posterior_scale.assign(
+          tf.broadcast_to(p.untransformed_posterior_scale[:1], p.posterior_loc.shape))
+    with weight_noise_mode(layer, "per_batch"):
+      out = layer(x).numpy()
+    assert np.allclose(out[:, :1], out)                    # one draw per member
+    assert not np.allclose(out[0], out[1]) and not np.allclose(out[1], out[2])
 
 
 def test_dense_member_noise_rows_are_independent():

@@ -117,11 +117,13 @@ def _toy_regression(n=64):
   return x, (np.sin(x[:, :1]) + 0.1 * rng.normal(size=[n, 1])).astype(np.float32)
 
 
-def test_vectorised_refinement_equals_one_member_at_a_time():
+@pytest.mark.parametrize("weight_noise", ["per_example", "per_batch"])
+def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise):
   x, y = _toy_regression()
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
-  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, batch_size=32, seed=3)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, batch_size=32, seed=3,
+                  weight_noise=weight_noise)
   together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
   for m in range(3):
     alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1, member_offset=m,
@@ -140,13 +142,19 @@ def test_trace_rises_like_a_staircase_on_average():
   x, y = _toy_regression(256)
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64, learning_rate=1e-2)
-  result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=8,
-                  schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
+  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
                   learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64)
+  result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
   assert result.trace.shape == (600, 8)
   assert np.all(np.isfinite(result.trace))
   assert result.elbo_aux_estimate > result.initial_elbo_estimate
   assert result.timings["refine_seconds"] > 0
+  # One weight draw per member and step: a different gradient estimator of the same objective, which
+  # also raises ELBO_aux; its ELBO estimates still draw noise per example (the layers are reset).
+  per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch", **settings)
+  assert not np.allclose(per_batch.trace, result.trace)
+  assert per_batch.elbo_aux_estimate > per_batch.initial_elbo_estimate
+  assert all(layer.weight_noise == "per_example" for layer in per_batch.model.layers)
 
 
 def test_mismatched_architecture_is_a_clear_error():
@@ -171,7 +179,8 @@ def test_mismatched_architecture_is_a_clear_error():
     (dict(learning_rate_rule="adam"), "unknown learning-rate rule 'adam'"),
     (dict(learning_rates=[1e-3]), "got 1 learning rates for K=5"),
     (dict(num_samples=2, member_offset=1), r"members \[1, 3\) do not fit in total_members=2"),
-    (dict(batch_size=0), "batch_size=0")])
+    (dict(batch_size=0), "batch_size=0"),
+    (dict(weight_noise="shared"), "unknown weight_noise 'shared'; allowed: per_example, per_batch")])
 def test_bad_arguments_are_rejected(kwargs, match):
   x, y = _toy_regression()
   trained = _mlp()
