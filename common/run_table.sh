@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs a benchmark's table: datasets x methods x seeds, skipping runs that already have results.json.
 #   common/run_table.sh --benchmark=uci|image --datasets="..." [--output_root=results] [--seeds="0 1 2 3 4"]
-#                       [--methods="..."] [--jobs=2] [-- extra <benchmark>.main flags]
+#                       [--methods="..."] [--jobs=2] [--vi_checkpoint_root=ROOT] [-- extra <benchmark>.main flags]
 # (uci/run_table.sh and image/run_table.sh call it with their datasets.) Per dataset and seed, vi,
 # refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
 # (<root>/<benchmark>/<dataset>/vi_checkpoints/seed_<s>), so the mean-field model is trained once;
 # mnf and deep_ensemble are separate jobs. With --jobs=N, N jobs run at once, one thread each.
+# --vi_checkpoint_root reads (and writes) the VI checkpoints under ROOT instead of --output_root: a variant
+# of refinement (extra flags) then starts from the very VI models of an existing table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 output_root=results
@@ -14,6 +16,7 @@ benchmark=""
 datasets=""
 methods="vi refined_vi vi_equal_compute deep_ensemble mnf"
 jobs=1
+vi_checkpoint_root=""
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -23,8 +26,9 @@ while [[ $# -gt 0 ]]; do
     --datasets=*) datasets="${1#*=}" ;;
     --methods=*) methods="${1#*=}" ;;
     --jobs=*) jobs="${1#*=}" ;;
+    --vi_checkpoint_root=*) vi_checkpoint_root="${1#*=}" ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, -- FLAGS" >&2
+    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, --vi_checkpoint_root, -- FLAGS" >&2
        exit 2 ;;
   esac
   shift
@@ -32,6 +36,7 @@ done
 [[ "$benchmark" == uci || "$benchmark" == image ]] || { echo "error: --benchmark='$benchmark' must be uci or image" >&2; exit 2; }
 [[ -n "$datasets" ]] || { echo "error: --datasets is empty" >&2; exit 2; }
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs=$jobs must be a positive integer" >&2; exit 2; }
+vi_checkpoint_root="${vi_checkpoint_root:-$output_root}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 if [[ "$jobs" -gt 1 ]]; then
   export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
@@ -42,11 +47,11 @@ run_one() {  # dataset method seed
   [[ -f "$dir/results.json" ]] && return 0
   mkdir -p "$dir"
   python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
-      --vi_checkpoint_dir="$output_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" >"$dir/log.txt" 2>&1 \
+      --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" >"$dir/log.txt" 2>&1 \
     && echo "done $1 $2 seed $3" || echo "FAILED $1 $2 seed $3 (see $dir/log.txt)"
 }
 export -f run_one
-export output_root benchmark
+export output_root benchmark vi_checkpoint_root
 export extra_flags="${extra[*]:-}"
 
 job_list() {

@@ -95,3 +95,25 @@ def test_bad_data_is_a_runtime_error_without_results(tmp_path):
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=kin8nm", f"--data_dir={empty}", "--nodownload")
   assert completed.returncode == 1 and "downloading is off" in completed.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path):
+  """run_table.sh: a refinement variant under a new output root reuses the VI checkpoints of another."""
+  tiny_flags = [f"--{name}={value}" for name, value in TINY.items() if name != "dataset"]
+
+  def run_table(*arguments, extra_flags=()):
+    return subprocess.run(["bash", os.path.join(REPO, "uci", "run_table.sh"), "--datasets=yacht_hydrodynamics",
+                           "--seeds=0", *arguments, "--", *tiny_flags, *extra_flags],
+                          capture_output=True, text=True, cwd=REPO)
+  table, variant = tmp_path / "table", tmp_path / "variant"
+  first = run_table(f"--output_root={table}", "--methods=vi")
+  assert "done yacht_hydrodynamics vi seed 0" in first.stdout, first.stdout + first.stderr
+  second = run_table(f"--output_root={variant}", f"--vi_checkpoint_root={table}", "--methods=refined_vi",
+                     extra_flags=["--refine_weight_noise=per_batch"])
+  assert "done yacht_hydrodynamics refined_vi seed 0" in second.stdout, second.stdout + second.stderr
+  results = json.loads((variant / "uci" / "yacht_hydrodynamics" / "refined_vi" / "seed_0" / "results.json").read_text())
+  assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]
+  assert results["flags"]["refine_weight_noise"] == "per_batch"
+  assert not (variant / "uci" / "yacht_hydrodynamics" / "vi_checkpoints").exists()
+  bad = run_table("--output_root=x", "--vi_checkpoints=y")
+  assert bad.returncode == 2 and "unknown argument '--vi_checkpoints=y'" in bad.stderr
