@@ -143,8 +143,7 @@ class MeanFieldLayer(tf_keras.layers.Layer):
 
   def _weight_sample(self, parameter: GaussianMeanField) -> tf.Tensor:
     """One reparameterised draw of `parameter` per member ([M, ...]; no member axis if None)."""
-    noise = self.noise.normal(parameter.event_shape, self.dtype)
-    return parameter.posterior_loc + parameter.posterior_scale * noise
+    return parameter.sample(self.noise.normal(parameter.event_shape, self.dtype))
 
   def _check_input_rank(self, inputs: tf.Tensor, event_rank: int) -> None:
     if self.num_members is None and inputs.shape.rank != event_rank + 1:
