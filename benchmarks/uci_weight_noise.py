@@ -1,9 +1,9 @@
 """Refinement's two gradient estimators compared on the UCI table, run for run from the same VI models.
 
-  uci/run_table.sh --output_root=results/uci_per_batch --vi_checkpoint_root=results \
+  uci/run_table.sh --output_root=results/ablations/per_batch_weight_noise --vi_checkpoint_root=results \
       --methods=refined_vi -- --refine_weight_noise=per_batch
   python -m benchmarks.uci_weight_noise --baseline_dir=results/uci \
-      --variant_dir=results/uci_per_batch/uci --output_dir=results/benchmarks/uci_weight_noise
+      --variant_dir=results/ablations/per_batch_weight_noise/uci --output_dir=results/benchmarks/uci_weight_noise
 
 Pairs every refined_vi run of the baseline table (per_example noise: local
 reparameterisation, the paper's estimator) with the variant's run of the same
@@ -29,7 +29,7 @@ from common.results import atomic_output, write_results
 from uci.table import load_runs
 
 flags.DEFINE_string("baseline_dir", "results/uci", "The per_example table's runs (results/uci).")
-flags.DEFINE_string("variant_dir", "results/uci_per_batch/uci", "The per_batch table's runs.")
+flags.DEFINE_string("variant_dir", "results/ablations/per_batch_weight_noise/uci", "The per_batch table's runs.")
 flags.DEFINE_string("output_dir", "results/benchmarks/uci_weight_noise", "Where comparison.md and results.json go.")
 
 METRICS = ("test_mll", "elbo_aux", "refine_to_train")
