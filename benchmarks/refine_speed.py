@@ -87,7 +87,9 @@ def main(argv):
   for name in names[:-2]:
     cli.require(values[name] >= 1, f"{name}={values[name]} must be >= 1")
   outcome = measure(**values)
-  write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="refine_speed", method="refined_vi",
+  # The report groups runs by method: the two estimators are two rows.
+  method = "refined_vi" if values["weight_noise"] == "per_example" else f"refined_vi_{values['weight_noise']}"
+  write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="refine_speed", method=method,
                 seed=values["seed"], flags=values, metrics=outcome["metrics"], timings=outcome["timings"])
   for name, value in outcome["metrics"].items():
     print(f"{name}: {value:.4g}")
