@@ -14,6 +14,7 @@ from typing import Optional
 
 from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage, LayerChain, MaxPool2D
 from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.deep_ensemble import MemberConv2D, MemberDense
 from baselines.mnf import Conv2DMNF, DenseMNF
 
@@ -37,9 +38,14 @@ def _lenet(conv, dense, num_classes: int) -> LayerChain:
 
 
 def mean_field_lenet5(num_members: Optional[int] = None, num_classes: int = 10,
-                      empirical_bayes_prior: bool = True) -> LayerChain:
-  """Flipout convolutions and local-reparameterisation dense layers (paper Section 4.3)."""
-  common = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior)
+                      empirical_bayes_prior: bool = True,
+                      untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE) -> LayerChain:
+  """Flipout convolutions and local-reparameterisation dense layers (paper Section 4.3).
+
+  Posterior scales start at softplus(`untransformed_scale_init`) (the authors' code: -7).
+  """
+  common = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior,
+                untransformed_scale_init=untransformed_scale_init)
   return _lenet(
       lambda filters, _: Conv2DFlipout(filters, KERNEL_SIZE, padding="SAME", activation="relu", **common),
       lambda units, activation, _: DenseReparameterization(

@@ -60,6 +60,7 @@ def _run(*args):
     (["--method=sgld"], "value should be one of"),
     (["--num_train_examples=-1"], "num_train_examples=-1 must be >= 0 (0: all)"),
     (["--variance_ratio=0"], "variance_ratio=0.0 must be in (0, 1)"),
+    (["--initial_untransformed_posterior_scale=9"], "initial_untransformed_posterior_scale=9.0 must be in [-20, 5]"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)

@@ -26,6 +26,13 @@ def test_mean_field_lenet5_has_the_papers_architecture(height, channels):
   assert len(sizes) == 10      # kernel and bias of five layers, all Bayesian
   members = lenet.mean_field_lenet5(num_members=3)
   assert members(images).shape == (3, 2, 10)
+  # Posterior scales start at softplus(-7), the authors' code, unless told otherwise.
+  for p in mean_field_parameters(model):
+    assert np.allclose(p.posterior_scale.numpy(), np.log1p(np.exp(-7.0)), rtol=1e-5)
+  wider = lenet.mean_field_lenet5(untransformed_scale_init=-4.0)
+  wider(images)
+  for p in mean_field_parameters(wider):
+    assert np.allclose(p.posterior_scale.numpy(), np.log1p(np.exp(-4.0)), rtol=1e-5)
 
 
 def test_pooling_and_flattening_act_per_member():
