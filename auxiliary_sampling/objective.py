@@ -143,8 +143,8 @@ class ElboMaximizer(tf.Module):
   N * mean_batch log p - KL - `elbo_offset`, and the KL. `kl_fn` replaces
   the Gaussian mean-field KL (MNF's bound term; zero for point estimates).
   Subclasses may override `elbo_on_batch` (adversarial training does).
-  `weight_noise` (see `layers.WEIGHT_NOISE`) is how the model's layers draw
-  noise inside this loop only: the loop is traced in that mode.
+  `weight_noise` (one of WEIGHT_NOISE, see `weight_noise_mode`) is how the
+  model's layers draw noise inside this loop only: the loop is traced in it.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,

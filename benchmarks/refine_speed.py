@@ -84,7 +84,7 @@ def main(argv):
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
   names = ["vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples", "seed", "weight_noise"]
   values = cli.flag_values(names)
-  for name in names[:-2]:
+  for name in ("vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples"):
     cli.require(values[name] >= 1, f"{name}={values[name]} must be >= 1")
   outcome = measure(**values)
   # The report groups runs by method: the two estimators are two rows.
