@@ -28,10 +28,6 @@ from common.report import to_markdown
 from common.results import atomic_output, write_results
 from uci.table import load_runs
 
-flags.DEFINE_string("baseline_dir", "results/uci", "The per_example table's runs (results/uci).")
-flags.DEFINE_string("variant_dir", "results/ablations/per_batch_weight_noise/uci", "The per_batch table's runs.")
-flags.DEFINE_string("output_dir", "results/benchmarks/uci_weight_noise", "Where comparison.md and results.json go.")
-
 METRICS = ("test_mll", "elbo_aux", "refine_to_train")
 
 
@@ -91,4 +87,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Defined here, not at import, so that tests can import `compare` beside other binaries' flags.
+  flags.DEFINE_string("baseline_dir", "results/uci", "The per_example table's runs (results/uci).")
+  flags.DEFINE_string("variant_dir", "results/ablations/per_batch_weight_noise/uci", "The per_batch table's runs.")
+  flags.DEFINE_string("output_dir", "results/benchmarks/uci_weight_noise", "Where comparison.md and results.json go.")
   cli.run(main)
