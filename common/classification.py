@@ -27,10 +27,35 @@ def predictive_log_probabilities(member_logits) -> tf.Tensor:
   return log_mean_exp(log_probabilities, axis=0)
 
 
-def predict_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Tensor], dataset: tf.data.Dataset) -> np.ndarray:
-  """Predictive log-probabilities [N, C] over a batched (images, labels) dataset, batch by batch."""
-  predict = tf.function(lambda images: predictive_log_probabilities(sample_logits(images)), reduce_retracing=True)
-  return np.concatenate([predict(images).numpy() for images, _ in dataset])
+def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Tensor],
+                                     dataset: tf.data.Dataset) -> np.ndarray:
+  """Each sample's (member's) log-softmax [M, N, C] over a batched (images, labels) dataset, batch by batch.
+
+  One model's [N, C] logits count as M = 1. Log-probabilities are logits of the same softmax, so
+  `predictive_log_probabilities` of this array is the predictive of these same draws.
+  """
+  def member_log_softmax(images):
+    logits = sample_logits(images)
+    logits = logits[tf.newaxis] if logits.shape.rank == 2 else logits
+    return tf.nn.log_softmax(logits, axis=-1)
+  predict = tf.function(member_log_softmax, reduce_retracing=True)
+  return np.concatenate([predict(images).numpy() for images, _ in dataset], axis=1)
+
+
+def member_metrics(member_log_probabilities, labels) -> dict[str, float]:
+  """The members' own test MLL and accuracy, averaged over members (from [M, N, C] log-probabilities).
+
+  Beside the predictive's metrics they show what averaging the members buys, and how
+  overconfident single members are (a member MLL far below the predictive's).
+  """
+  member_log_probabilities = np.asarray(member_log_probabilities, np.float64)
+  labels = np.asarray(labels).astype(np.int64)
+  if member_log_probabilities.ndim != 3 or member_log_probabilities.shape[1] != len(labels):
+    raise ValueError(f"member log-probabilities of shape {member_log_probabilities.shape} do not match "
+                     f"{len(labels)} labels")
+  label_log_probabilities = member_log_probabilities[:, np.arange(len(labels)), labels]
+  return {"member_test_mll": float(np.mean(label_log_probabilities)),
+          "member_test_accuracy": float(np.mean(member_log_probabilities.argmax(axis=2) == labels))}
 
 
 def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray,

@@ -33,7 +33,8 @@ from auxiliary_sampling.predictive import categorical_log_likelihood, posterior_
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli, images
-from common.classification import classification_metrics, predict_log_probabilities
+from common.classification import (classification_metrics, member_metrics, predict_member_log_probabilities,
+                                   predictive_log_probabilities)
 from common.figures import plot_elbo_aux_staircase
 from common.results import write_csv_atomically, write_results
 from common.seeding import seed_everything
@@ -138,7 +139,9 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
     metrics, timings = {}, {"train_seconds": training.train_seconds}
     sample_logits = model
   started = time.perf_counter()
-  metrics.update(classification_metrics(predict_log_probabilities(sample_logits, test_batches), data.y_test))
+  member_log_probabilities = predict_member_log_probabilities(sample_logits, test_batches)
+  metrics.update(classification_metrics(predictive_log_probabilities(member_log_probabilities).numpy(), data.y_test))
+  metrics.update(member_metrics(member_log_probabilities, data.y_test))
   timings["evaluate_seconds"] = time.perf_counter() - started
   return metrics, timings
 

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.classification import (classification_metrics, expected_calibration_error, predict_log_probabilities,
-                                   predictive_log_probabilities)
+from common.classification import (classification_metrics, expected_calibration_error, member_metrics,
+                                   predict_member_log_probabilities, predictive_log_probabilities)
 
 
 def test_predictive_is_the_mixture_of_member_softmaxes():
@@ -40,13 +40,35 @@ def test_ece_is_the_confidence_accuracy_gap():
   assert expected_calibration_error(calibrated, labels) < 0.01
 
 
-def test_batched_prediction_equals_the_whole_set():
+def test_batched_member_prediction_equals_the_whole_set():
   images = np.random.default_rng(2).normal(size=(10, 4)).astype(np.float32)
   weights = tf.constant(np.random.default_rng(3).normal(size=(2, 4, 3)), tf.float32)
   dataset = tf.data.Dataset.from_tensor_slices((images, np.zeros(10))).batch(3)
-  batched = predict_log_probabilities(lambda x: tf.einsum("bi,mio->mbo", x, weights), dataset)
-  whole = predictive_log_probabilities(tf.einsum("bi,mio->mbo", images, weights)).numpy()
-  np.testing.assert_allclose(batched, whole, rtol=1e-6)
+  members = predict_member_log_probabilities(lambda x: tf.einsum("bi,mio->mbo", x, weights), dataset)
+  logits = tf.einsum("bi,mio->mbo", images, weights)
+  np.testing.assert_allclose(members, tf.nn.log_softmax(logits).numpy(), rtol=1e-5, atol=1e-6)
+  # The predictive of the member log-probabilities is the predictive of the logits.
+  np.testing.assert_allclose(predictive_log_probabilities(members).numpy(),
+                             predictive_log_probabilities(logits).numpy(), rtol=1e-5, atol=1e-6)
+  # One model's [N, C] logits are one member.
+  single = predict_member_log_probabilities(lambda x: tf.matmul(x, weights[0]), dataset)
+  np.testing.assert_allclose(single, members[:1], rtol=1e-5, atol=1e-6)
+
+
+def test_member_metrics_average_the_members_own_scores():
+  labels = np.array([0, 1])
+  # Member 0 is right on both examples with probability 0.8; member 1 wrong on both (0.2 on the label).
+  right = np.log([[0.8, 0.2], [0.2, 0.8]])
+  wrong = np.log([[0.2, 0.8], [0.8, 0.2]])
+  metrics = member_metrics(np.stack([right, wrong]), labels)
+  assert metrics["member_test_mll"] == pytest.approx(0.5 * (np.log(0.8) + np.log(0.2)))
+  assert metrics["member_test_accuracy"] == pytest.approx(0.5)
+  # Their mixture is uniform: the predictive's MLL log 0.5 is above the members' mean (Jensen).
+  mixture = classification_metrics(predictive_log_probabilities(np.stack([right, wrong])).numpy(), labels)
+  assert mixture["test_mll"] == pytest.approx(np.log(0.5))
+  assert mixture["test_mll"] > metrics["member_test_mll"]
+  with pytest.raises(ValueError, match=r"shape \(2, 2\) do not match 2 labels"):
+    member_metrics(right, labels)
 
 
 def test_mismatched_labels_are_an_error():

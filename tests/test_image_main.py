@@ -32,6 +32,8 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   # A few steps on 1,024 digits already beat chance (10 %, MLL log 0.1) by far.
   assert metrics["test_accuracy"] > 0.5 and np.log(0.1) < metrics["test_mll"] < 0
   assert 0 <= metrics["ece"] < 1 and 0 <= metrics["brier"] < 1
+  # Averaging samples (members) never lowers the MLL below the members' own mean (Jensen).
+  assert np.log(0.1) < metrics["member_test_mll"] <= metrics["test_mll"] and metrics["member_test_accuracy"] > 0.5
   assert {"train_seconds", "evaluate_seconds", "total_seconds"} <= set(results["timings"])
   if method in image_main.VI_FAMILY:
     assert metrics["elbo"] < 0
