@@ -12,6 +12,8 @@ format instead (sizes, record counts, label range).
 
 As in the authors' code, pixels are scaled to [0, 1] and standardised per
 channel with the training set's mean and standard deviation; no augmentation.
+`pixel_scaling="unit_interval"` keeps the [0, 1] pixels unstandardised, as
+uncertainty-baselines' deterministic LeNet-5 (the paper's deep ensemble) does.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from common import download
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10")
 SOURCES = ("files", "tfds")
+PIXEL_SCALINGS = ("standardise", "unit_interval")
 NUM_CLASSES = 10
 
 _IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
@@ -56,14 +59,14 @@ _CIFAR10_RECORD_BYTES = 1 + 32 * 32 * 3
 
 @dataclasses.dataclass
 class ImageData:
-  """Standardised images [N, H, W, C] float32 and integer labels [N]."""
+  """Scaled images [N, H, W, C] float32 (standardised unless asked otherwise) and integer labels [N]."""
 
   x_train: np.ndarray
   y_train: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
-  channel_mean: np.ndarray   # of the [0, 1]-scaled training pixels, per channel
-  channel_std: np.ndarray
+  channel_mean: np.ndarray   # subtracted from the [0, 1]-scaled pixels, per channel (0 for "unit_interval")
+  channel_std: np.ndarray    # then divided by (1 for "unit_interval")
 
 
 def check_name(dataset: str) -> str:
@@ -207,18 +210,24 @@ def standardise(x_train: np.ndarray, x_test: np.ndarray):
 
 
 def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True, source: str = "files",
-         cache_dir: Optional[str] = None) -> ImageData:
-  """The standardised train and test sets of `dataset`."""
+         cache_dir: Optional[str] = None, pixel_scaling: str = "standardise") -> ImageData:
+  """The train and test sets of `dataset`, standardised (or only [0, 1]-scaled: "unit_interval")."""
   check_name(dataset)
   if source not in SOURCES:
     raise ValueError(f"unknown source {source!r}; allowed: {', '.join(SOURCES)}")
+  if pixel_scaling not in PIXEL_SCALINGS:
+    raise ValueError(f"unknown pixel_scaling {pixel_scaling!r}; allowed: {', '.join(PIXEL_SCALINGS)}")
   if source == "tfds":
     x_train, y_train, x_test, y_test = _load_tfds(dataset, data_dir, download_allowed)
   elif dataset == "cifar10":
     x_train, y_train, x_test, y_test = _load_cifar10(data_dir, cache_dir, download_allowed)
   else:
     x_train, y_train, x_test, y_test = _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed)
-  train, test, mean, std = standardise(x_train, x_test)
+  if pixel_scaling == "unit_interval":
+    train, test = x_train.astype(np.float32) / 255.0, x_test.astype(np.float32) / 255.0
+    mean, std = np.zeros(train.shape[-1], np.float32), np.ones(train.shape[-1], np.float32)
+  else:
+    train, test, mean, std = standardise(x_train, x_test)
   return ImageData(train, y_train.astype(np.int32), test, y_test.astype(np.int32), mean, std)
 
 

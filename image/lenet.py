@@ -65,12 +65,24 @@ def mnf_lenet5(seed: int = 0, num_classes: int = 10) -> LayerChain:
       num_classes)
 
 
-def ensemble_lenet5(num_members: int = 10, seed: int = 0, num_classes: int = 10) -> LayerChain:
-  """`num_members` deterministic LeNet-5s, each with its own initialisation."""
+ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
+
+
+def ensemble_lenet5(num_members: int = 10, seed: int = 0, num_classes: int = 10,
+                    kernel_initializer: str = "he_normal") -> LayerChain:
+  """`num_members` deterministic LeNet-5s, each with its own initialisation.
+
+  `kernel_initializer` initialises the ReLU layers' kernels (the output layer is
+  always Glorot-uniform): "he_normal" as in the suite's other LeNet-5s, or
+  "glorot_uniform", the Keras default that uncertainty-baselines' ensemble uses.
+  """
+  if kernel_initializer not in ENSEMBLE_KERNEL_INITIALIZERS:
+    raise ValueError(f"unknown kernel_initializer {kernel_initializer!r}; "
+                     f"allowed: {', '.join(ENSEMBLE_KERNEL_INITIALIZERS)}")
   return _lenet(
       lambda filters, index: MemberConv2D(filters, KERNEL_SIZE, num_members, padding="SAME", activation="relu",
-                                          seed=derived_seed(seed, index)),
+                                          kernel_initializer=kernel_initializer, seed=derived_seed(seed, index)),
       lambda units, activation, index: MemberDense(
           units, num_members, activation=activation, seed=derived_seed(seed, index),
-          kernel_initializer="he_normal" if activation else "glorot_uniform"),
+          kernel_initializer=kernel_initializer if activation else "glorot_uniform"),
       num_classes)

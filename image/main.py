@@ -56,6 +56,10 @@ class ImageConfig(RefinedViConfig):
   mnf_steps: int = 30_000
   ensemble_members: int = 10
   ensemble_steps: int = 5_000
+  # He-normal as the suite's other LeNet-5s, or Glorot-uniform as uncertainty-baselines' ensemble.
+  ensemble_kernel_initializer: str = "he_normal"
+  # Per-channel standardisation (the authors' VI code) or [0, 1] pixels (uncertainty-baselines' ensemble).
+  pixel_scaling: str = "standardise"
   eval_batch_size: int = 500
   num_train_examples: int = 0             # 0: the whole training set (fewer: smoke runs)
   num_test_examples: int = 0              # 0: the whole test set
@@ -69,6 +73,11 @@ class ImageConfig(RefinedViConfig):
       raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHODS)}")
     if self.source not in images.SOURCES:
       raise ValueError(f"unknown source {self.source!r}; allowed: {', '.join(images.SOURCES)}")
+    if self.pixel_scaling not in images.PIXEL_SCALINGS:
+      raise ValueError(f"unknown pixel_scaling {self.pixel_scaling!r}; allowed: {', '.join(images.PIXEL_SCALINGS)}")
+    if self.ensemble_kernel_initializer not in lenet.ENSEMBLE_KERNEL_INITIALIZERS:
+      raise ValueError(f"unknown ensemble_kernel_initializer {self.ensemble_kernel_initializer!r}; "
+                       f"allowed: {', '.join(lenet.ENSEMBLE_KERNEL_INITIALIZERS)}")
     self.check_vi_family()
     for name in ("mnf_steps", "ensemble_members", "ensemble_steps", "eval_batch_size"):
       if getattr(self, name) < 1:
@@ -129,7 +138,8 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
     def sample_logits(inputs):
       return posterior_draws(model, inputs, config.num_samples)
   else:
-    model = lenet.ensemble_lenet5(config.ensemble_members, config.seed, num_classes)
+    model = lenet.ensemble_lenet5(config.ensemble_members, config.seed, num_classes,
+                                  config.ensemble_kernel_initializer)
     training = deep_ensemble.train_deep_ensemble(
         model, x, y, categorical_log_likelihood, num_members=config.ensemble_members,
         num_steps=config.ensemble_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
@@ -151,7 +161,8 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   config.check()
   started = time.perf_counter()
   seed_everything(config.seed)
-  data = images.load(config.dataset, config.data_dir, config.download, config.source)
+  data = images.load(config.dataset, config.data_dir, config.download, config.source,
+                     pixel_scaling=config.pixel_scaling)
   data.x_train, data.y_train = _subset(data.x_train, data.y_train, config.num_train_examples, config.seed)
   data.x_test, data.y_test = _subset(data.x_test, data.y_test, config.num_test_examples, config.seed)
   metrics, timings = run_method(config, data, output_dir)
@@ -176,7 +187,14 @@ def define_flags() -> None:
   flags.DEFINE_string("data_dir", images.default_data_dir(), "Local data directory (<dir>/<dataset>/...); "
                       "default $REFINED_VI_DATA_DIR. Missing files are downloaded and checksummed.")
   flags.DEFINE_string("vi_checkpoint_dir", None, "Shared VI checkpoint directory (default under output_dir).")
-  cli.define_config_flags(ImageConfig, exclude=("dataset", "method", "source", "data_dir", "vi_checkpoint_dir"))
+  flags.DEFINE_enum("pixel_scaling", "standardise", list(images.PIXEL_SCALINGS),
+                    "Per-channel standardisation with training statistics (the authors' code) or [0, 1] "
+                    "pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble the paper reports).")
+  flags.DEFINE_enum("ensemble_kernel_initializer", "he_normal", list(lenet.ENSEMBLE_KERNEL_INITIALIZERS),
+                    "deep_ensemble: initialiser of the ReLU layers' kernels (glorot_uniform: the Keras "
+                    "default uncertainty-baselines uses).")
+  cli.define_config_flags(ImageConfig, exclude=("dataset", "method", "source", "data_dir", "vi_checkpoint_dir",
+                                                "pixel_scaling", "ensemble_kernel_initializer"))
 
 
 def main(argv):

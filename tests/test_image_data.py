@@ -30,6 +30,11 @@ def test_idx_datasets_load_verified_and_standardised(name):
   # The folder itself works as --data_dir too.
   again = images.load(name, os.path.join(SHARED, name), download_allowed=False)
   np.testing.assert_array_equal(again.y_train, data.y_train)
+  # [0, 1] pixels: the standardised ones with the standardisation undone, and identity statistics.
+  unit = images.load(name, SHARED, download_allowed=False, pixel_scaling="unit_interval")
+  assert unit.x_train.min() == 0 and unit.x_train.max() == 1 and unit.x_test.dtype == np.float32
+  np.testing.assert_allclose(unit.x_test, data.x_test * data.channel_std + data.channel_mean, atol=2e-6)
+  assert unit.channel_mean[0] == 0 and unit.channel_std[0] == 1
 
 
 def _copy_mnist(tmp_path):
@@ -140,6 +145,8 @@ def test_unknown_names_are_usage_errors():
     images.load("svhn")
   with pytest.raises(ValueError, match="unknown source 'web'; allowed: files, tfds"):
     images.load("mnist", source="web")
+  with pytest.raises(ValueError, match="unknown pixel_scaling 'zscore'; allowed: standardise, unit_interval"):
+    images.load("mnist", pixel_scaling="zscore")
 
 
 def test_input_pipeline_batches_in_order_or_reshuffles_each_epoch():

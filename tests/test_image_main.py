@@ -63,12 +63,30 @@ def _run(*args):
     (["--num_train_examples=-1"], "num_train_examples=-1 must be >= 0 (0: all)"),
     (["--variance_ratio=0"], "variance_ratio=0.0 must be in (0, 1)"),
     (["--initial_untransformed_posterior_scale=9"], "initial_untransformed_posterior_scale=9.0 must be in [-20, 5]"),
+    (["--pixel_scaling=zscore"], "value should be one of"),
+    (["--ensemble_kernel_initializer=orthogonal"], "value should be one of"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "results.json").exists()
+
+
+def test_ensemble_with_uncertainty_baselines_preprocessing_and_initialiser(tmp_path):
+  """[0, 1] pixels and Glorot-uniform kernels reach the run (its results differ) and are recorded."""
+  options = dict(pixel_scaling="unit_interval", ensemble_kernel_initializer="glorot_uniform")
+  settings = {**TINY, "ensemble_steps": 30}
+  ub_style = image_main.train_and_evaluate(
+      image_main.ImageConfig(method="deep_ensemble", **settings, **options), str(tmp_path / "ub"))
+  default = image_main.train_and_evaluate(
+      image_main.ImageConfig(method="deep_ensemble", **settings), str(tmp_path / "default"))
+  assert ub_style["test_accuracy"] > 0.5 and abs(ub_style["test_mll"] - default["test_mll"]) > 1e-3
+  recorded = json.loads((tmp_path / "ub" / "results.json").read_text())["flags"]
+  assert {name: recorded[name] for name in options} == options
+  for name in options:
+    with pytest.raises(ValueError, match=f"unknown {name} 'bad'; allowed: "):
+      image_main.ImageConfig(**{name: "bad"}).check()
 
 
 def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):

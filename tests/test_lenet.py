@@ -63,6 +63,29 @@ def test_ensemble_takes_grey_scale_images_with_a_member_axis():
   np.testing.assert_allclose(outputs[1], model(per_member[1])[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("initializer", lenet.ENSEMBLE_KERNEL_INITIALIZERS)
+def test_ensemble_kernels_have_the_chosen_initialisers_scale(initializer):
+  """He-normal: std sqrt(2 / fan_in); Glorot-uniform: sqrt(2 / (fan_in + fan_out)); the output layer is Glorot."""
+  model = lenet.ensemble_lenet5(num_members=3, seed=1, kernel_initializer=initializer)
+  model(tf.zeros([1, 28, 28, 1]))
+  kernels = [layer.kernel for layer in model.chain if hasattr(layer, "kernel")]
+  assert len(kernels) == 5
+  for index, kernel in enumerate(kernels):
+    receptive_field = int(np.prod(kernel.shape[1:-2]))
+    fan_in, fan_out = receptive_field * kernel.shape[-2], receptive_field * kernel.shape[-1]
+    glorot = initializer == "glorot_uniform" or index == len(kernels) - 1
+    expected = np.sqrt(2.0 / (fan_in + fan_out)) if glorot else np.sqrt(2.0 / fan_in)
+    member_stds = np.std(kernel.numpy().reshape(3, -1), axis=1)
+    # The smallest layer (6 x 25 weights per member) gets a wider tolerance.
+    np.testing.assert_allclose(member_stds, expected, rtol=0.25 if index == 0 else 0.08)
+    assert not np.allclose(kernel[0], kernel[1])
+
+
+def test_ensemble_initializer_names_are_checked():
+  with pytest.raises(ValueError, match="unknown kernel_initializer 'orthogonal'; allowed: he_normal, glorot_uniform"):
+    lenet.ensemble_lenet5(kernel_initializer="orthogonal")
+
+
 def test_mnf_lenet5_gives_logits_and_a_finite_bound_term():
   model = lenet.mnf_lenet5(seed=0)
   assert model(tf.zeros([2, 28, 28, 1])).shape == (2, 10)
