@@ -73,20 +73,27 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   assert not (tmp_path / "results.json").exists()
 
 
-def test_ensemble_with_uncertainty_baselines_preprocessing_and_initialiser(tmp_path):
-  """[0, 1] pixels and Glorot-uniform kernels reach the run (its results differ) and are recorded."""
-  options = dict(pixel_scaling="unit_interval", ensemble_kernel_initializer="glorot_uniform")
-  settings = {**TINY, "ensemble_steps": 30}
-  ub_style = image_main.train_and_evaluate(
-      image_main.ImageConfig(method="deep_ensemble", **settings, **options), str(tmp_path / "ub"))
-  default = image_main.train_and_evaluate(
-      image_main.ImageConfig(method="deep_ensemble", **settings), str(tmp_path / "default"))
-  assert ub_style["test_accuracy"] > 0.5 and abs(ub_style["test_mll"] - default["test_mll"]) > 1e-3
-  recorded = json.loads((tmp_path / "ub" / "results.json").read_text())["flags"]
-  assert {name: recorded[name] for name in options} == options
-  for name in options:
+def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
+  """By default the ensemble gets [0, 1] pixels and Glorot kernels; the suite's VI protocol is a flag away."""
+  settings = {**TINY, "method": "deep_ensemble", "ensemble_steps": 30}
+  paper = image_main.train_and_evaluate(image_main.ImageConfig(**settings), str(tmp_path / "paper"))
+  vi_like = image_main.train_and_evaluate(
+      image_main.ImageConfig(**settings, pixel_scaling="standardise", ensemble_kernel_initializer="he_normal"),
+      str(tmp_path / "vi_like"))
+  assert paper["test_accuracy"] > 0.5 and abs(paper["test_mll"] - vi_like["test_mll"]) > 1e-3
+  recorded = json.loads((tmp_path / "paper" / "results.json").read_text())["flags"]
+  assert recorded["pixel_scaling"] == "unit_interval" and recorded["ensemble_kernel_initializer"] == "glorot_uniform"
+  for name in ("pixel_scaling", "ensemble_kernel_initializer"):
     with pytest.raises(ValueError, match=f"unknown {name} 'bad'; allowed: "):
       image_main.ImageConfig(**{name: "bad"}).check()
+
+
+@pytest.mark.parametrize("method,scaling", [("vi", "standardise"), ("mnf", "standardise"),
+                                            ("deep_ensemble", "unit_interval")])
+def test_by_method_pixel_scaling_follows_each_rows_source(method, scaling):
+  assert image_main.pixel_scaling_of(image_main.ImageConfig(method=method)) == scaling
+  chosen = image_main.ImageConfig(method=method, pixel_scaling="standardise")
+  assert image_main.pixel_scaling_of(chosen) == "standardise"
 
 
 def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
