@@ -199,10 +199,8 @@ def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
   return tuple(arrays)
 
 
-def standardise(x_train: np.ndarray, x_test: np.ndarray):
+def standardise(train: np.ndarray, test: np.ndarray):
   """[0, 1]-scaled pixels standardised per channel with the training set's statistics."""
-  train = x_train.astype(np.float32) / 255.0
-  test = x_test.astype(np.float32) / 255.0
   mean = train.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
   std = train.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
   std = np.where(std > 0, std, 1.0).astype(np.float32)
@@ -223,11 +221,11 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
     x_train, y_train, x_test, y_test = _load_cifar10(data_dir, cache_dir, download_allowed)
   else:
     x_train, y_train, x_test, y_test = _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed)
+  train, test = x_train.astype(np.float32) / 255.0, x_test.astype(np.float32) / 255.0
   if pixel_scaling == "unit_interval":
-    train, test = x_train.astype(np.float32) / 255.0, x_test.astype(np.float32) / 255.0
     mean, std = np.zeros(train.shape[-1], np.float32), np.ones(train.shape[-1], np.float32)
   else:
-    train, test, mean, std = standardise(x_train, x_test)
+    train, test, mean, std = standardise(train, test)
   return ImageData(train, y_train.astype(np.int32), test, y_test.astype(np.int32), mean, std)
 
 
