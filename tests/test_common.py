@@ -62,7 +62,8 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
   assert len(frame) == 2   # ablation runs have their own tables; smoke runs are not results
   table = report.summarise(frame, ["test_mll", "elbo"])
   row = table[(table.dataset == "boston_housing") & (table.method == "vi")].iloc[0]
-  assert row["test_mll_mean"] == pytest.approx(-2.8) and row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
+  assert row["test_mll_mean"] == pytest.approx(-2.8)
+  assert row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
   assert row["runs"] == 2
   paper = report.load_paper_table("table1_uci.csv")
   joined = report.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})

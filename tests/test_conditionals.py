@@ -60,8 +60,8 @@ def test_closed_forms_match_monte_carlo():
   w = rng.normal(p["posterior_loc"], np.sqrt(p["posterior_variance"]), n)
   a_loc, a_var = c.auxiliary_given_weight(w, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"])
   a = rng.normal(np.asarray(a_loc), np.sqrt(float(a_var)))
-  marginal_loc, marginal_var = _np(c.auxiliary_marginal(
-      p["posterior_loc"], p["posterior_variance"], p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  marginal_loc, marginal_var = _np(c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
+                                                        p["prior_variance"], p["aux_loc"], p["aux_variance"]))
   assert a.mean() == pytest.approx(marginal_loc, abs=4e-3)
   assert a.var() == pytest.approx(marginal_var, rel=4e-3)
   # The other factorisation, a ~ q(a) then w ~ q(w | a), gives the same joint.
@@ -81,7 +81,8 @@ def test_prior_split_from_monte_carlo():
   w = a + rest
   slope, intercept = np.polyfit(w, a, 1)
   residual_var = np.var(a - (slope * w + intercept))
-  loc_at_1, var = _np(c.auxiliary_given_weight(1.0, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  loc_at_1, var = _np(c.auxiliary_given_weight(1.0, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                                               p["aux_variance"]))
   assert slope + intercept == pytest.approx(loc_at_1, abs=3e-3)
   assert residual_var == pytest.approx(var, rel=3e-3)
 

@@ -204,7 +204,10 @@ def test_every_variational_parameter_trains_and_the_kl_falls():
   model(x)
   for p in mean_field_parameters(model):  # start far from the prior so the KL must fall
     p.posterior_loc.assign(p.posterior_loc * 5.0)
-  log_lik = lambda labels, outputs: -0.5 * tf.square(labels - outputs[..., 0])
+
+  def log_lik(labels, outputs):
+    return -0.5 * tf.square(labels - outputs[..., 0])
+
   maximizer = ElboMaximizer(model, x, y, log_lik, model.trainable_variables, batch_size=64)
   with tf.GradientTape() as tape:
     loss = -tf.reduce_sum(maximizer.elbo_on_batch(x, y))

@@ -161,13 +161,19 @@ def test_mismatched_architecture_is_a_clear_error():
   x, y = _toy_regression()
   trained = _mlp()
   trained(x)
-  wider = lambda m=None: tf_keras.Sequential([DenseReparameterization(9, activation="relu", num_members=m),
-                                              DenseReparameterization(1, num_members=m)])
+
+  def wider(m=None):
+    return tf_keras.Sequential([DenseReparameterization(9, activation="relu", num_members=m),
+                                DenseReparameterization(1, num_members=m)])
+
   with pytest.raises(ValueError, match=r"shape mismatch .*\[3, 8\] in the trained model, \[3, 9\]"):
     refine(wider, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1)
-  deeper = lambda m=None: tf_keras.Sequential([DenseReparameterization(8, num_members=m),
-                                               DenseReparameterization(8, num_members=m),
-                                               DenseReparameterization(1, num_members=m)])
+
+  def deeper(m=None):
+    return tf_keras.Sequential([DenseReparameterization(8, num_members=m),
+                                DenseReparameterization(8, num_members=m),
+                                DenseReparameterization(1, num_members=m)])
+
   with pytest.raises(ValueError, match="has 4 mean-field parameters, the model to refine has 6"):
     refine(deeper, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1)
   with pytest.raises(ValueError, match="inputs have 64 examples but labels have 10"):

@@ -20,7 +20,8 @@ def test_every_file_is_verified_and_shapes_match_the_literature(name, rows, colu
   features, targets = data.load(name, SHARED_UCI, download_allowed=False)
   assert features.shape == (rows, columns) and targets.shape == (rows,)
   assert np.all(np.isfinite(features)) and np.all(np.isfinite(targets))
-  assert data.num_standard_splits(name, SHARED_UCI, download_allowed=False) == (5 if name == "protein_structure" else 20)
+  expected_splits = 5 if name == "protein_structure" else 20
+  assert data.num_standard_splits(name, SHARED_UCI, download_allowed=False) == expected_splits
 
 
 @needs_data

@@ -119,7 +119,10 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
   started = time.perf_counter()
   # The whole likelihood is one "example"; each batch row draws its own w.
   inputs, labels = np.zeros([1, 1], np.float32), np.zeros([1], np.float32)
-  log_lik = lambda _, weights: log_likelihood(weights[..., 0], config)
+
+  def log_lik(_, weights):
+    return log_likelihood(weights[..., 0], config)
+
   gaussian = _model()
   training = train_mean_field(gaussian, inputs, labels, log_lik, num_steps=config.vi_steps,
                               learning_rate=config.learning_rate, batch_size=config.batch_size,
@@ -149,8 +152,9 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
       "modes_visited": float(np.mean(visited)),
       "num_modes": len(basins),
       "mode_locations": [round(mode, 4) for mode, _, _ in basins],
-      "refined_mass_per_mode": [float(np.mean((samples > l) & (samples < r))) for _, l, r in basins],
-      "true_mass_per_mode": [float(np.trapz(density * ((grid > l) & (grid < r)), grid)) for _, l, r in basins],
+      "refined_mass_per_mode": [float(np.mean((samples > lower) & (samples < upper))) for _, lower, upper in basins],
+      "true_mass_per_mode": [float(np.trapz(density * ((grid > lower) & (grid < upper)), grid))
+                             for _, lower, upper in basins],
       "gaussian_loc": float(gaussian_weight.posterior_loc.numpy()[0]),
       "gaussian_scale": float(gaussian_weight.posterior_scale.numpy()[0]),
   }
