@@ -8,7 +8,8 @@ Fashion-MNIST are the original gzipped IDX files; CIFAR-10 is the standard
 `cifar-10-batches-bin` (binary) or `cifar-10-batches-py` (pickled) folder,
 or the binary archive, which is downloaded and unpacked. A local CIFAR-10
 folder has no published per-file digests, so its files are checked for the
-format instead (sizes, record counts, label range).
+format instead (binary batches: a whole number of records; pickled batches:
+their keys and array shapes; both: the label range).
 
 As in the authors' code, pixels are scaled to [0, 1] and standardised per
 channel with the training set's mean and standard deviation; no augmentation.
@@ -190,11 +191,18 @@ def _load_cifar10(data_dir, cache_dir, download_allowed):
 
 
 def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
+  """Both splits through `tensorflow_datasets`; any failure of it (data not prepared, a failed download)
+  becomes one OSError line naming the dataset and the folder."""
   import tensorflow_datasets as tfds  # imported on demand: slow, and only this source needs it
   arrays = []
   for split in ("train", "test"):
-    images, labels = tfds.as_numpy(tfds.load(dataset, split=split, batch_size=-1, as_supervised=True,
-                                             data_dir=data_dir, download=download_allowed))
+    try:
+      images, labels = tfds.as_numpy(tfds.load(dataset, split=split, batch_size=-1, as_supervised=True,
+                                               data_dir=data_dir, download=download_allowed))
+    except Exception as error:  # tfds signals missing data with AssertionError, download failures variously
+      reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+      raise OSError(f"tensorflow_datasets could not load {dataset} {split} from "
+                    f"{data_dir or 'its default data_dir'} (download={download_allowed}): {reason}") from error
     arrays += [images, labels.astype(np.int64)]
   return tuple(arrays)
 
@@ -215,6 +223,9 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
     raise ValueError(f"unknown source {source!r}; allowed: {', '.join(SOURCES)}")
   if pixel_scaling not in PIXEL_SCALINGS:
     raise ValueError(f"unknown pixel_scaling {pixel_scaling!r}; allowed: {', '.join(PIXEL_SCALINGS)}")
+  if source == "files" and data_dir and not os.path.isdir(data_dir):
+    raise OSError(f"data_dir {data_dir} is not a folder (give a folder holding {dataset}/ or its files, "
+                  "or no data_dir to use the cache and downloads)")
   if source == "tfds":
     x_train, y_train, x_test, y_test = _load_tfds(dataset, data_dir, download_allowed)
   elif dataset == "cifar10":

@@ -57,6 +57,21 @@ def test_a_corrupt_or_missing_file_names_the_file(tmp_path):
     images.load("mnist", str(tmp_path), download_allowed=False, cache_dir=str(tmp_path / "cache"))
 
 
+def test_a_data_dir_that_is_not_a_folder_is_an_error_not_a_silent_download(tmp_path):
+  with pytest.raises(OSError, match=f"data_dir {tmp_path / 'typo'} is not a folder"):
+    images.load("mnist", str(tmp_path / "typo"), download_allowed=True, cache_dir=str(tmp_path / "cache"))
+  assert not (tmp_path / "cache").exists()
+
+
+def test_tfds_without_prepared_data_is_one_error_line(tmp_path):
+  with pytest.raises(OSError) as error:
+    images.load("mnist", str(tmp_path), download_allowed=False, source="tfds")
+  message = str(error.value)
+  assert "\n" not in message
+  assert message.startswith(f"tensorflow_datasets could not load mnist train from {tmp_path} (download=False): ")
+  assert "could not find data" in message
+
+
 def _gzip(path, payload: bytes):
   with gzip.open(path, "wb") as handle:
     handle.write(payload)

@@ -106,6 +106,7 @@ def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
   last_line = completed.stderr.strip().splitlines()[-1]
   assert completed.returncode == 1
   assert last_line.startswith("error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in last_line
+  (tmp_path / "empty").mkdir()
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=cifar10", f"--data_dir={tmp_path / 'empty'}",
                    "--nodownload")
   assert completed.returncode == 1 and "cifar-10-binary.tar.gz is not in" in completed.stderr.strip().splitlines()[-1]
