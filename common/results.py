@@ -1,7 +1,10 @@
 """One results.json per run, written atomically (DESIGN.md conventions).
 
 {"benchmark", "dataset", "method", "seed", "flags", "metrics", "timings",
- "versions", "git_commit", "machine"}. A file exists only for a run that
+ "versions", "git_commit", "git_commit_at_start", "machine", "command"}:
+`git_commit` is HEAD when the run finished, `git_commit_at_start` HEAD when this
+process imported the code it ran (they differ when commits land during a long
+run; a resumed run's earlier chunks are not recorded). A file exists only for a run that
 succeeded: it is written to a temporary file in the same directory and
 renamed, and non-finite metrics are refused.
 """
@@ -50,17 +53,23 @@ def git_commit(repository: Optional[str] = None) -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
+# The code a process runs is what it imported; binaries import this module before they start work.
+_GIT_COMMIT_AT_START = git_commit()
+
+
 def machine_description() -> dict[str, Any]:
   return {"platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count()}
 
 
-def _check_finite(section: str, values: Mapping[str, Any]) -> None:
+def check_finite(section: str, values: Mapping[str, Any]) -> None:
+  """Raises FloatingPointError (a runtime failure: exit status 1) naming the first non-finite value."""
   def walk(key, value):
     if isinstance(value, Mapping):
       for inner_key, inner in value.items():
         walk(f"{key}.{inner_key}", inner)
     elif isinstance(value, float) and not math.isfinite(value):
-      raise ValueError(f"{section}.{key} is {value}: refusing to write a results file with a non-finite value")
+      raise FloatingPointError(f"{section}.{key} is {value}: refusing to write a results file with a "
+                               "non-finite value")
   for key, value in values.items():
     walk(key, value)
 
@@ -91,12 +100,13 @@ def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapp
                   timings: Mapping[str, float], flags: Mapping[str, Any], dataset: Optional[str] = None,
                   seed: Optional[int] = None, command: Optional[str] = None) -> str:
   """Writes output_dir/results.json and returns its path."""
-  _check_finite("metrics", metrics)
-  _check_finite("timings", timings)
+  check_finite("metrics", metrics)
+  check_finite("timings", timings)
   payload = {
       "benchmark": benchmark, "dataset": dataset, "method": method, "seed": seed,
       "flags": dict(flags), "metrics": dict(metrics), "timings": dict(timings),
-      "versions": library_versions(), "git_commit": git_commit(), "machine": machine_description(),
+      "versions": library_versions(), "git_commit": git_commit(),
+      "git_commit_at_start": _GIT_COMMIT_AT_START, "machine": machine_description(),
       "command": command or " ".join([os.path.basename(sys.executable)] + sys.argv),
   }
   path = os.path.join(output_dir, RESULTS_FILENAME)

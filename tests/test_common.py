@@ -21,8 +21,18 @@ def test_results_file_has_the_conventions(tmp_path):
   assert payload["metrics"]["test_mll"] == -0.9
 
 
+def test_results_record_the_commit_the_run_started_from_and_the_one_it_ended_at(tmp_path, monkeypatch):
+  from common import results
+  started_at = results.git_commit()
+  monkeypatch.setattr(results, "git_commit", lambda: "commit-landed-during-the-run")
+  payload = json.loads(open(write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={},
+                                          timings={})).read())
+  assert payload["git_commit"] == "commit-landed-during-the-run"
+  assert payload["git_commit_at_start"] == started_at
+
+
 def test_non_finite_metrics_are_refused_and_nothing_is_written(tmp_path):
-  with pytest.raises(ValueError, match="metrics.elbo is nan"):
+  with pytest.raises(FloatingPointError, match="metrics.elbo is nan"):
     write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={"elbo": math.nan}, timings={})
   assert os.listdir(tmp_path) == []
 
