@@ -21,7 +21,7 @@ from common.results import atomic_output
 
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_PAPER_DIR = os.path.join(os.path.dirname(REPOSITORY), "shared", "paper")
+DEFAULT_PAPER_DIR = os.path.join(REPOSITORY, "common", "paper_tables")   # the paper's Tables 1-3 as CSV
 PAPER_TABLES = {"uci": "table1_uci.csv", "image": "table2_lenet5.csv"}
 # Our metric -> the paper's column stem. The paper's ELBO column holds ELBO_aux
 # for refined VI, so `bound` (elbo_aux where present, else elbo) maps to it.
@@ -79,7 +79,7 @@ def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def load_paper_table(name: str, paper_dir: Optional[str] = None) -> pd.DataFrame:
-  paper_dir = paper_dir or os.environ.get("REFINED_VI_PAPER_DIR", DEFAULT_PAPER_DIR)
+  paper_dir = paper_dir or os.environ.get("REFINED_VI_PAPER_DIR") or DEFAULT_PAPER_DIR
   path = os.path.join(paper_dir, name)
   if not os.path.exists(path):
     raise FileNotFoundError(f"paper table {path} not found (set --paper_dir or REFINED_VI_PAPER_DIR)")
@@ -173,5 +173,5 @@ if __name__ == "__main__":
   from common import cli
   flags.DEFINE_string("results_dir", "results", "Directory searched for results.json files.")
   flags.DEFINE_string("output_dir", "results/report", "Where the tables and report.md go.")
-  flags.DEFINE_string("paper_dir", None, "Directory of the paper's table CSVs (default ../shared/paper).")
+  flags.DEFINE_string("paper_dir", None, "Directory of the paper's table CSVs (default common/paper_tables).")
   cli.run(main)
