@@ -42,6 +42,7 @@ class RefinedViConfig:
   refine_weight_noise: str = "per_example"  # or per_batch: one weight draw per member and step (faster, noisier)
   equal_compute_steps: int = -1          # -1: num_samples * num_auxiliary * steps_per_auxiliary
   elbo_num_samples: int = 10
+  stage_elbo_aux: bool = False           # refined_vi: whole-dataset ELBO_aux after every stage (Figure 4)
   vi_checkpoint_dir: Optional[str] = None
   steps_per_checkpoint: int = 5_000
 
@@ -126,11 +127,13 @@ def run_vi_family(method: str, config: RefinedViConfig, model_fn: Callable[[Opti
         schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
         steps_per_auxiliary=config.steps_per_auxiliary, learning_rate_rule=config.refine_learning_rate_rule,
         batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples,
-        weight_noise=config.refine_weight_noise)
+        weight_noise=config.refine_weight_noise, stage_elbo_aux=config.stage_elbo_aux)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_start_members"] = refinement.initial_elbo_estimate
     timings["refine_seconds"] = refinement.timings["refine_seconds"]
     timings["refine_total_seconds"] = refinement.timings["total_seconds"]
+    if refinement.stage_elbo_aux is not None:
+      timings["stage_elbo_seconds"] = refinement.timings["stage_elbo_seconds"]
   return ViFamilyRun(model=model, refinement=refinement, num_samples=config.num_samples, metrics=metrics,
                      timings=timings, training_trace=trace)

@@ -1,6 +1,8 @@
 """Figures the binaries write beside their results (matplotlib, Agg backend, atomic PNGs)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from common.results import save_figure
@@ -16,12 +18,15 @@ def _pyplot():
 
 
 def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial_elbo: float, elbo_aux: float,
-                            title: str, path: str) -> None:
+                            title: str, path: str, stage_means: Optional[np.ndarray] = None) -> None:
   """Paper Figure 4: the minibatch ELBO_aux estimate at every refinement step, one line per member.
 
   ELBO_aux rises after each auxiliary variable (Eq. 13 grows with k); the
   dashed lines mark where a new a_k is sampled and Adam restarts. Beside the
-  trace: the starting VI ELBO and the final whole-data ELBO_aux estimate.
+  trace: the starting VI ELBO (the same model's ELBO, estimated with the
+  refinement's M draws) and the final whole-data ELBO_aux estimate; with
+  `stage_means` ([K + 1]: the VI ELBO, then ELBO_aux after each stage, all on
+  the whole training set), the staircase itself as a step line.
   """
   plt = _pyplot()
   steps = np.arange(1, len(trace) + 1)
@@ -34,8 +39,12 @@ def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial
   if steps_per_auxiliary:
     for boundary in range(0, len(trace), steps_per_auxiliary):
       axis.axvline(boundary + 0.5, color="grey", linestyle="--", linewidth=0.7)
-  axis.axhline(initial_elbo, color="C3", label=f"VI ELBO {initial_elbo:.1f}")
+  axis.axhline(initial_elbo, color="C3", label=f"VI ELBO {initial_elbo:.1f} (the refinement's M draws)")
   axis.axhline(elbo_aux, color="C2", label=f"final ELBO_aux {elbo_aux:.1f}")
+  if stage_means is not None:
+    boundaries = np.arange(len(stage_means)) * steps_per_auxiliary
+    axis.step(boundaries, stage_means, where="post", color="k", marker="o", markersize=3, linewidth=1.2,
+              label="whole-training-set ELBO_aux after each stage")
   low, high = np.percentile(trace, [2, 100])
   margin = 0.1 * (high - low + 1e-9)
   axis.set_ylim(min(low, initial_elbo) - margin, max(high, elbo_aux) + margin)

@@ -33,13 +33,14 @@ from absl import flags
 
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from auxiliary_sampling.predictive import categorical_log_likelihood, posterior_draws
+from auxiliary_sampling.refine import RefinementResult
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli, images
 from common.classification import (classification_metrics, member_metrics, predict_member_log_probabilities,
                                    predictive_log_probabilities)
 from common.figures import plot_elbo_aux_staircase
-from common.results import write_csv_atomically, write_results
+from common.results import check_finite, write_csv_atomically, write_results
 from common.seeding import seed_everything
 from image import lenet
 
@@ -69,6 +70,9 @@ class ImageConfig(RefinedViConfig):
   num_test_examples: int = 0              # 0: the whole test set
   # softplus of this is the VI posterior's initial scale; -7 (9e-4) is the authors' code.
   initial_untransformed_posterior_scale: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
+  # refined_vi: the whole-training-set ELBO_aux after every stage, Figure 4's staircase without minibatch
+  # noise (K - 1 more ELBO estimates, timed as stage_elbo_seconds; the refined samples are unchanged).
+  stage_elbo_aux: bool = True
 
   def check(self) -> None:
     """Raises ValueError naming the first bad value and what is allowed."""
@@ -113,20 +117,34 @@ def _subset(x: np.ndarray, y: np.ndarray, size: int, seed: int) -> tuple[np.ndar
   return x[keep], y[keep]
 
 
-def write_refinement_trace(output_dir: str, trace: np.ndarray, steps_per_auxiliary: int, initial_elbo: float,
-                           elbo_aux: float, title: str) -> None:
-  """The per-step minibatch ELBO_aux estimate of every member (CSV) and its staircase plot (Figure 4)."""
+TRACE_STAGES_FILENAME = "stage_elbo_aux.csv"
+
+
+def write_refinement_trace(output_dir: str, refinement: RefinementResult, steps_per_auxiliary: int,
+                           title: str) -> None:
+  """Figure 4's data and plot: the per-step minibatch ELBO_aux estimate of every member (CSV), the
+  whole-training-set ELBO_aux after every stage if measured (CSV; stage 0 is the VI model), and the plot."""
+  trace = refinement.trace
   steps = np.arange(1, len(trace) + 1)
   auxiliary = (steps - 1) // max(steps_per_auxiliary, 1) + 1
   columns = {"step": steps, "auxiliary_variable": auxiliary, "elbo_aux_mean": trace.mean(axis=1)}
   columns.update({f"member_{m}": trace[:, m] for m in range(trace.shape[1])})
   write_csv_atomically(os.path.join(output_dir, TRACE_FILENAME), columns)
-  plot_elbo_aux_staircase(trace, steps_per_auxiliary, initial_elbo, elbo_aux, title,
-                          os.path.join(output_dir, FIGURE_FILENAME))
+  stages = None
+  if refinement.stage_elbo_aux is not None:
+    stages = np.concatenate([refinement.initial_elbo[None], refinement.stage_elbo_aux])
+    stage_columns = {"auxiliary_variable": np.arange(len(stages)), "step": np.arange(len(stages)) * steps_per_auxiliary,
+                     "elbo_aux_mean": stages.mean(axis=1), "elbo_aux_std": stages.std(axis=1)}
+    stage_columns.update({f"member_{m}": stages[:, m] for m in range(stages.shape[1])})
+    write_csv_atomically(os.path.join(output_dir, TRACE_STAGES_FILENAME), stage_columns)
+  plot_elbo_aux_staircase(trace, steps_per_auxiliary, refinement.initial_elbo_estimate,
+                          refinement.elbo_aux_estimate, title, os.path.join(output_dir, FIGURE_FILENAME),
+                          stage_means=None if stages is None else stages.mean(axis=1))
 
 
-def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> tuple[dict, dict]:
-  """Trains and evaluates one method; returns (metrics, timings)."""
+def run_method(config: ImageConfig, data: images.ImageData,
+               output_dir: str) -> tuple[dict, dict, Optional[RefinementResult]]:
+  """Trains and evaluates one method; returns (metrics, timings, the refinement of refined_vi)."""
   x, y = data.x_train, data.y_train
   test_batches = images.input_pipeline(data.x_test, data.y_test, config.eval_batch_size)
   num_classes = images.NUM_CLASSES
@@ -136,13 +154,10 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
         lambda members: lenet.mean_field_lenet5(members, num_classes, config.empirical_bayes_prior,
                                                 config.initial_untransformed_posterior_scale),
         x, y, categorical_log_likelihood, output_dir)
-    metrics, timings = run.metrics, run.timings
+    metrics, timings, refinement = run.metrics, run.timings, run.refinement
     sample_logits = run.sample_outputs
-    if run.refinement is not None:
-      write_refinement_trace(output_dir, run.refinement.trace, config.steps_per_auxiliary,
-                             run.refinement.initial_elbo_estimate, run.refinement.elbo_aux_estimate,
-                             f"LeNet-5 / {config.dataset}, seed {config.seed}")
   elif config.method == "mnf":
+    refinement = None
     model = lenet.mnf_lenet5(config.seed, num_classes)
     training = mnf.train_mnf(model, x, y, categorical_log_likelihood, num_steps=config.mnf_steps,
                              learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
@@ -154,6 +169,7 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
     def sample_logits(inputs):
       return posterior_draws(model, inputs, config.num_samples)
   else:
+    refinement = None
     model = lenet.ensemble_lenet5(config.ensemble_members, config.seed, num_classes,
                                   config.ensemble_kernel_initializer)
     training = deep_ensemble.train_deep_ensemble(
@@ -169,7 +185,7 @@ def run_method(config: ImageConfig, data: images.ImageData, output_dir: str) -> 
   metrics.update(classification_metrics(predictive_log_probabilities(member_log_probabilities).numpy(), data.y_test))
   metrics.update(member_metrics(member_log_probabilities, data.y_test))
   timings["evaluate_seconds"] = time.perf_counter() - started
-  return metrics, timings
+  return metrics, timings, refinement
 
 
 def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
@@ -182,9 +198,13 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
                      pixel_scaling=config.pixel_scaling)
   data.x_train, data.y_train = _subset(data.x_train, data.y_train, config.num_train_examples, config.seed)
   data.x_test, data.y_test = _subset(data.x_test, data.y_test, config.num_test_examples, config.seed)
-  metrics, timings = run_method(config, data, output_dir)
+  metrics, timings, refinement = run_method(config, data, output_dir)
   metrics.update(num_train=len(data.y_train), num_test=len(data.y_test),
                  peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+  check_finite("metrics", metrics)   # a failed run writes nothing: checked before the trace files
+  if refinement is not None:
+    write_refinement_trace(output_dir, refinement, config.steps_per_auxiliary,
+                           f"LeNet-5 / {config.dataset}, seed {config.seed}")
   timings["total_seconds"] = time.perf_counter() - started
   write_results(output_dir, benchmark="image", dataset=config.dataset, method=config.method, seed=config.seed,
                 flags=dataclasses.asdict(config), metrics=metrics, timings=timings)

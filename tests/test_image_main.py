@@ -47,9 +47,17 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     # The staircase: each auxiliary variable ends higher than the previous one ended.
     ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(lambda v: v.iloc[-5:].mean()).to_numpy()
     assert np.all(np.diff(ends) > 0)
+    # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the result.
+    stages = pd.read_csv(tmp_path / image_main.TRACE_STAGES_FILENAME)
+    assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and list(stages.step) == [0, 20, 40, 60]
+    assert stages.elbo_aux_mean.iloc[0] == pytest.approx(metrics["elbo_start_members"], rel=1e-6)
+    assert stages.elbo_aux_mean.iloc[-1] == pytest.approx(metrics["elbo_aux"], rel=1e-6)
+    assert stages.elbo_aux_mean.iloc[1] > stages.elbo_aux_mean.iloc[0]
+    assert results["timings"]["stage_elbo_seconds"] > 0
     assert (tmp_path / image_main.FIGURE_FILENAME).stat().st_size > 10_000
   else:
     assert "elbo_aux" not in metrics and not (tmp_path / image_main.TRACE_FILENAME).exists()
+    assert not (tmp_path / image_main.TRACE_STAGES_FILENAME).exists()
 
 
 def _run(*args):
