@@ -109,13 +109,14 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
           "num_examples": int(np.size(y))}
 
 
-def run_all(dataset: str, data_dir: str, steps: int, rounds: int) -> dict:
+def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=MEASUREMENTS) -> dict:
   """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts by tens
-  of percent between minutes, so each measurement reports the median of its rounds); then the ratios."""
+  of percent between minutes, so each measurement reports the median of its rounds); then the ratios that
+  the measurements taken allow."""
   import numpy as np
-  samples = {name: [] for name in MEASUREMENTS}
+  samples = {name: [] for name in measurements}
   for _ in range(rounds):
-    for name in MEASUREMENTS:
+    for name in measurements:
       completed = subprocess.run(
           [sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
            f"--data_dir={data_dir}", f"--steps={steps}"],
@@ -128,34 +129,45 @@ def run_all(dataset: str, data_dir: str, steps: int, rounds: int) -> dict:
     results[name] = {**runs[0], "seconds_per_step": float(np.median([r["seconds_per_step"] for r in runs])),
                      "seconds_per_step_rounds": [r["seconds_per_step"] for r in runs],
                      "peak_memory_mb": max(r["peak_memory_mb"] for r in runs)}
-  vi_step = results["vi"]["seconds_per_step"]
-  refine_step = results["refine"]["seconds_per_step"]
-  results["derived"] = {
-      "vi_ms_per_step": 1000 * vi_step,
-      "tfp_reference_ms_per_step": 1000 * results["tfp_reference"]["seconds_per_step"],
-      "refine_ms_per_member_step": 1000 * refine_step / PAPER_MEMBERS,
-      "paper_vi_training_minutes": PAPER_VI_STEPS * vi_step / 60,
-      "paper_refinement_minutes": PAPER_REFINE_STEPS * refine_step / 60,
-      "refinement_fraction_of_vi_training": PAPER_REFINE_STEPS * refine_step / (PAPER_VI_STEPS * vi_step),
-      "deep_ensemble_minutes_5000_steps": 5000 * results["deep_ensemble"]["seconds_per_step"] / 60,
-      "mnf_training_minutes": PAPER_VI_STEPS * results["mnf"]["seconds_per_step"] / 60,
-  }
+  step = {name: results[name]["seconds_per_step"] for name in measurements}
+  derived = {}
+  if "vi" in step:
+    derived.update(vi_ms_per_step=1000 * step["vi"], paper_vi_training_minutes=PAPER_VI_STEPS * step["vi"] / 60)
+  if "tfp_reference" in step:
+    derived["tfp_reference_ms_per_step"] = 1000 * step["tfp_reference"]
+  if "refine" in step:
+    derived.update(refine_ms_per_member_step=1000 * step["refine"] / PAPER_MEMBERS,
+                   paper_refinement_minutes=PAPER_REFINE_STEPS * step["refine"] / 60)
+    if "vi" in step:
+      derived["refinement_fraction_of_vi_training"] = PAPER_REFINE_STEPS * step["refine"] / (PAPER_VI_STEPS
+                                                                                               * step["vi"])
+  if "deep_ensemble" in step:
+    derived["deep_ensemble_minutes_5000_steps"] = 5000 * step["deep_ensemble"] / 60
+  if "mnf" in step:
+    derived["mnf_training_minutes"] = PAPER_VI_STEPS * step["mnf"] / 60
+  results["derived"] = derived
   return results
 
 
 def _markdown(results: dict, command: str) -> str:
   lines = ["# LeNet-5 speed (batch 256)", "", f"Command: `{command}`", "",
            "| measurement | ms per step (median) | rounds (ms) | peak memory (MB) |", "|---|---|---|---|"]
-  for name in MEASUREMENTS:
+  for name in (name for name in MEASUREMENTS if name in results):
     row = results[name]
     rounds = ", ".join(f"{1000 * value:.0f}" for value in row["seconds_per_step_rounds"])
     lines.append(f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | {row['peak_memory_mb']:.0f} |")
   derived = results["derived"]
-  lines += ["", f"- Refinement at paper settings (M = 10, K = 5, T = 200): {derived['paper_refinement_minutes']:.1f} "
-            f"min against {derived['paper_vi_training_minutes']:.1f} min of VI training (30,000 steps): "
-            f"{100 * derived['refinement_fraction_of_vi_training']:.1f} %.",
-            f"- Deep ensemble (10 members x 5,000 steps): {derived['deep_ensemble_minutes_5000_steps']:.1f} min; "
-            f"MNF (30,000 steps): {derived['mnf_training_minutes']:.1f} min.", ""]
+  lines.append("")
+  if "paper_vi_training_minutes" in derived:
+    lines.append(f"- VI training at paper settings (30,000 steps): {derived['paper_vi_training_minutes']:.1f} min.")
+  if "refinement_fraction_of_vi_training" in derived:
+    lines.append(f"- Refinement at paper settings (M = 10, K = 5, T = 200): {derived['paper_refinement_minutes']:.1f} "
+                 f"min: {100 * derived['refinement_fraction_of_vi_training']:.1f} % of VI training.")
+  if "deep_ensemble_minutes_5000_steps" in derived:
+    lines.append(f"- Deep ensemble (10 members x 5,000 steps): {derived['deep_ensemble_minutes_5000_steps']:.1f} min.")
+  if "mnf_training_minutes" in derived:
+    lines.append(f"- MNF (30,000 steps): {derived['mnf_training_minutes']:.1f} min.")
+  lines.append("")
   return "\n".join(lines)
 
 
@@ -166,8 +178,14 @@ def main(argv):
     print(json.dumps(measure(flags.FLAGS.only, flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps)))
     return
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
+  measurements = tuple(flags.FLAGS.measurements)
+  for name in measurements:
+    cli.require(name in MEASUREMENTS, f"--measurements has {name!r}; allowed: {', '.join(MEASUREMENTS)}")
+  cli.require(flags.FLAGS.steps >= 1 and flags.FLAGS.rounds >= 1,
+              f"--steps={flags.FLAGS.steps} and --rounds={flags.FLAGS.rounds} must be >= 1")
   from common.results import atomic_output, git_commit, machine_description
-  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps, flags.FLAGS.rounds)
+  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps, flags.FLAGS.rounds,
+                    measurements)
   command = " ".join(["python -m benchmarks.image_speed"] + sys.argv[1:])
   results.update(command=command, git_commit=git_commit(), machine=machine_description())
   write_json_atomically(os.path.join(flags.FLAGS.output_dir, "speed.json"), results)
@@ -183,4 +201,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("data_dir", os.environ.get("REFINED_VI_DATA_DIR"), "Local data directory.")
   flags.DEFINE_integer("steps", 30, "Timed steps per measurement.")
   flags.DEFINE_integer("rounds", 3, "Interleaved repetitions of every measurement (the median is reported).")
+  flags.DEFINE_list("measurements", list(MEASUREMENTS), "Which measurements to take (default all).")
   cli.run(main)

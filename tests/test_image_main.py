@@ -143,10 +143,21 @@ def test_synthetic_cifar10_writer_binary(tmp_path):
   assert completed.returncode == 2 and "--examples_per_batch=0 must be >= 1" in completed.stderr
 
 
-def test_speed_benchmark_measures_one_step(tmp_path):
-  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--only=vi", "--steps=1",
-                              f"--data_dir={DATA}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+def test_speed_benchmark_writes_its_measurements(tmp_path):
+  """The speed binary end to end (one measurement, one step: its files, not its numbers)."""
+  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi", "--steps=1",
+                              "--rounds=1", f"--data_dir={DATA}", f"--output_dir={tmp_path}"], cwd=REPO,
+                             capture_output=True, text=True, timeout=300,
                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
   assert completed.returncode == 0, completed.stderr[-2000:]
-  measured = json.loads(completed.stdout.strip().splitlines()[-1])
-  assert measured["measurement"] == "vi" and measured["seconds_per_step"] > 0 and measured["peak_memory_mb"] > 100
+  measured = json.loads((tmp_path / "speed.json").read_text())
+  assert measured["vi"]["measurement"] == "vi" and measured["vi"]["peak_memory_mb"] > 100
+  assert measured["derived"]["vi_ms_per_step"] == pytest.approx(1000 * measured["vi"]["seconds_per_step"])
+  assert "refine" not in measured and "refinement_fraction_of_vi_training" not in measured["derived"]
+  assert measured["command"].endswith(f"--output_dir={tmp_path}") and measured["git_commit"]
+  assert "| vi |" in (tmp_path / "speed.md").read_text()
+  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi,sgd",
+                              f"--output_dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+  assert completed.returncode == 2 and "--measurements has 'sgd'; allowed: vi, " in completed.stderr
+  assert not (tmp_path / "bad").exists()
