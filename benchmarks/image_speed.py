@@ -11,7 +11,8 @@ at batch 256 on the real training set. Measured:
                   Sequential, Keras Adam (prior fixed at N(0, 1));
   refine          one refinement step of all M = 10 members together;
   deep_ensemble   one step of all 10 ensemble members, each on its own batch;
-  mnf             one MNF LeNet-5 step.
+  mnf             one MNF LeNet-5 step;
+  vi_xla          (only with --measurements) the VI loop compiled with XLA (jit_compile).
 Refinement at paper settings costs K * T refinement steps (5 * 200) against
 30,000 VI steps; the fraction is computed from the measured step times (the
 committed refined_vi runs record the measured wall times as well).
@@ -30,7 +31,8 @@ from absl import flags
 from common import cli
 from common.results import write_json_atomically
 
-MEASUREMENTS = ("vi", "tfp_reference", "refine", "deep_ensemble", "mnf")
+MEASUREMENTS = ("vi", "tfp_reference", "refine", "deep_ensemble", "mnf", "vi_xla")
+DEFAULT_MEASUREMENTS = MEASUREMENTS[:-1]   # vi_xla is ~25x slower on CPU: only on request
 PAPER_VI_STEPS, PAPER_REFINE_STEPS, PAPER_MEMBERS = 30_000, 5 * 200, 10
 
 
@@ -81,7 +83,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
       run(tf.constant(num_steps)).numpy()
   else:
     kwargs = {}
-    if name == "vi":
+    if name in ("vi", "vi_xla"):
       model = lenet.mean_field_lenet5()
     elif name == "refine":
       model = lenet.mean_field_lenet5(PAPER_MEMBERS)
@@ -96,6 +98,8 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     variables = ([v for p in mean_field_parameters(model) for v in p.posterior_variables] if name == "refine"
                  else model.trainable_variables)
     maximizer = ElboMaximizer(model, x, y, categorical_log_likelihood, variables, batch, **kwargs)
+    if name == "vi_xla":   # the same loop compiled by XLA instead of run op by op with oneDNN kernels
+      maximizer.run = tf.function(maximizer._run, jit_compile=True)
 
     def timed(num_steps):
       maximizer.maximize(num_steps, 1e-3)
@@ -109,7 +113,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
           "num_examples": int(np.size(y))}
 
 
-def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=MEASUREMENTS) -> dict:
+def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=DEFAULT_MEASUREMENTS) -> dict:
   """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts by tens
   of percent between minutes, so each measurement reports the median of its rounds); then the ratios that
   the measurements taken allow."""
@@ -133,6 +137,8 @@ def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=M
   derived = {}
   if "vi" in step:
     derived.update(vi_ms_per_step=1000 * step["vi"], paper_vi_training_minutes=PAPER_VI_STEPS * step["vi"] / 60)
+  if "vi_xla" in step:
+    derived["vi_xla_ms_per_step"] = 1000 * step["vi_xla"]
   if "tfp_reference" in step:
     derived["tfp_reference_ms_per_step"] = 1000 * step["tfp_reference"]
   if "refine" in step:
@@ -201,5 +207,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("data_dir", os.environ.get("REFINED_VI_DATA_DIR"), "Local data directory.")
   flags.DEFINE_integer("steps", 30, "Timed steps per measurement.")
   flags.DEFINE_integer("rounds", 3, "Interleaved repetitions of every measurement (the median is reported).")
-  flags.DEFINE_list("measurements", list(MEASUREMENTS), "Which measurements to take (default all).")
+  flags.DEFINE_list("measurements", list(DEFAULT_MEASUREMENTS), "Which measurements to take (also: vi_xla, "
+                    "the VI loop compiled with XLA).")
   cli.run(main)
