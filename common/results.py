@@ -74,6 +74,12 @@ def check_finite(section: str, values: Mapping[str, Any]) -> None:
     walk(key, value)
 
 
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
 @contextlib.contextmanager
 def atomic_output(path: str) -> Iterator[str]:
   """Yields a temporary path beside `path` and renames it to `path` on success: never half-written."""
@@ -81,6 +87,7 @@ def atomic_output(path: str) -> Iterator[str]:
   os.makedirs(directory, exist_ok=True)
   handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
   os.close(handle)
+  os.chmod(temporary, 0o666 & ~_umask())   # mkstemp's 0600 would hide results from the rest of a group
   try:
     yield temporary
     os.replace(temporary, path)

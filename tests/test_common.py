@@ -31,6 +31,15 @@ def test_results_record_the_commit_the_run_started_from_and_the_one_it_ended_at(
   assert payload["git_commit_at_start"] == started_at
 
 
+def test_results_files_get_the_usual_permissions_not_the_temporary_files(tmp_path):
+  previous = os.umask(0o022)
+  try:
+    path = write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={}, timings={})
+  finally:
+    os.umask(previous)
+  assert os.stat(path).st_mode & 0o777 == 0o644
+
+
 def test_non_finite_metrics_are_refused_and_nothing_is_written(tmp_path):
   with pytest.raises(FloatingPointError, match="metrics.elbo is nan"):
     write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={"elbo": math.nan}, timings={})
