@@ -43,8 +43,8 @@ def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial
   axis.axhline(elbo_aux, color="C2", label=f"final ELBO_aux {elbo_aux:.1f}")
   if stage_means is not None:
     boundaries = np.arange(len(stage_means)) * steps_per_auxiliary
-    axis.step(boundaries, stage_means, where="post", color="k", marker="o", markersize=3, linewidth=1.2,
-              label="whole-training-set ELBO_aux after each stage")
+    axis.step(boundaries, stage_means, where="pre", color="k", marker="o", markersize=3, linewidth=1.2,
+              label="whole-training-set ELBO_aux reached by each stage")
   low, high = np.percentile(trace, [2, 100])
   margin = 0.1 * (high - low + 1e-9)
   axis.set_ylim(min(low, initial_elbo) - margin, max(high, elbo_aux) + margin)
