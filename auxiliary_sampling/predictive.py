@@ -1,7 +1,7 @@
 """Predictive marginal log-likelihood over posterior samples.
 
 MLL = mean over test points of log (1/M) sum_m p(y | x, w_m), a log-mean-exp
-over the member axis (DESIGN.md).
+over the member axis (the paper's test MLL, Section 4).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One results.json per run, written atomically (DESIGN.md conventions).
+"""One results.json per run, written atomically.
 
 {"benchmark", "dataset", "method", "seed", "flags", "metrics", "timings",
  "versions", "git_commit", "git_commit_at_start", "machine", "command"}:

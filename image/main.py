@@ -37,9 +37,9 @@ from auxiliary_sampling.refine import RefinementResult
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli, images
-from common.classification import (classification_metrics, member_metrics, predict_member_log_probabilities,
+from common.classification_metrics import (classification_metrics, member_metrics, predict_member_log_probabilities,
                                    predictive_log_probabilities)
-from common.figures import plot_elbo_aux_staircase
+from image.figures import plot_elbo_aux_staircase
 from common.results import check_finite, write_csv_atomically, write_results
 from common.seeding import seed_everything
 from image import lenet

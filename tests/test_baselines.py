@@ -13,7 +13,7 @@ from auxiliary_sampling.objective import ElboMaximizer
 from baselines import deep_ensemble, mnf
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
-from common.regression import HomoscedasticNoise, gaussian_head_log_likelihood
+from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood
 
 tfd = tfp.distributions
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from scipy import stats
 
 from auxiliary_sampling import factorized
-from common.divergence import knn_kl_divergence
+from toy.divergence import knn_kl_divergence
 from toy import eight_schools
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

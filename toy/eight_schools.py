@@ -18,7 +18,7 @@ metrics.nuts_mu_mean and metrics.nuts_tau_mean.
 
 KL(refined || NUTS) (metrics.kl_by_k) is estimated in the (theta_1, log tau)
 plane of Figure 3 left with the k-nearest-neighbour estimator
-(common.divergence): consistent and free of the bandwidth a kernel density
+(toy.divergence): consistent and free of the bandwidth a kernel density
 estimate (the paper's choice) needs. On all ten parameters
 (metrics.kl_all_parameters_by_k) the estimator is biased at a few thousand
 samples: it measured -0.6 to -1.0 at M = 500-2000, so it is reported, not used.
@@ -48,7 +48,7 @@ from absl import flags, logging
 
 from auxiliary_sampling.factorized import StableBlock, refine_stable
 from common import cli
-from common.divergence import knn_kl_divergence
+from toy.divergence import knn_kl_divergence
 from common.results import atomic_output, save_figure, write_results
 from common.seeding import seed_everything
 

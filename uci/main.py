@@ -34,7 +34,7 @@ from auxiliary_sampling.predictive import posterior_draws
 from baselines import deep_ensemble, mnf
 from baselines.vi_family import VI_FAMILY, RefinedViConfig, run_vi_family
 from common import cli
-from common.regression import HomoscedasticNoise, gaussian_head_log_likelihood, regression_metrics
+from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood, regression_metrics
 from common.results import write_results
 from common.seeding import seed_everything
 from uci import data
