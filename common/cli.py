@@ -1,51 +1,37 @@
-"""Running an absl binary with the project's error conventions.
+"""Running an absl binary with the project's conventions.
 
-Bad input (unknown flag, out-of-range value, unknown name) prints one line on
-stderr naming the value and what is allowed and exits with status 2; a
-runtime failure (missing file, non-finite loss) prints one line and exits
+`main(ConfigClass, train_and_evaluate)` is the whole `__main__` of a benchmark
+binary: it generates one flag per field of the config dataclass (help text,
+choices and bounds from `common.config.setting`), checks the values and the
+output directory before TensorFlow loads, refuses to reuse a results.json
+made with other settings, then calls `train_and_evaluate(config, output_dir)`.
+
+Bad input (unknown flag, value out of range, unusable output directory) prints
+one line on stderr naming the value and what is allowed and exits with status
+2; a runtime failure (missing file, non-finite loss) prints one line and exits
 with status 1. No results file is written in either case.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import glob
+import json
+import logging
+import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from absl import app, flags
+from absl import logging as absl_logging
 
+from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
 
-class UsageError(ValueError):
-  """A flag value that is not allowed."""
+__all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
-
-def flag_values(names) -> dict[str, Any]:
-  """The values of the named flags (the binary's own), for results files."""
-  return {name: flags.FLAGS[name].value for name in names}
-
-
-def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as error:
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
-
-
-def run(main: Callable[[list[str]], Any]) -> None:
-  """app.run(main) with one-line errors and exit status 2 (usage) or 1 (runtime)."""
-  def wrapped(argv):
-    if len(argv) > 1:
-      print(f"error: unexpected positional arguments {argv[1:]}; use --flag=value", file=sys.stderr)
-      sys.exit(2)
-    try:
-      main(argv)
-    except ValueError as error:
-      print(f"error: {error}", file=sys.stderr)
-      sys.exit(2)
-    except (OSError, FloatingPointError, RuntimeError) as error:
-      print(f"error: {error}", file=sys.stderr)
-      sys.exit(1)
-  app.run(wrapped, flags_parser=_parse_flags)
+RESULTS_FILENAME = "results.json"
+# Left behind by a process killed while writing a file atomically (common.results, baselines.training).
+STALE_TEMPORARY_PATTERNS = (".tmp-*", "*.npz.tmp")
 
 
 def require(condition: bool, message: str) -> None:
@@ -54,22 +40,208 @@ def require(condition: bool, message: str) -> None:
     raise UsageError(message)
 
 
+def flag_values(names: Sequence[str]) -> dict[str, Any]:
+  """The values of the named flags, for results files."""
+  return {name: flags.FLAGS[name].value for name in names}
 
-def define_config_flags(config_class, exclude=()) -> None:
-  """One absl flag per field of a config dataclass (type from the default: bool, int, float, else string).
 
-  Fields named in `exclude` are left to the binary (enums, paths with their own defaults).
+def _fail(message: str, status: int) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(status)
+
+
+_HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
+def _parse_flags(argv):
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    _fail(str(error), 2)
+  except SystemExit:
+    if any(argument in _HELP_FLAGS for argument in argv[1:]):
+      sys.exit(0)   # absl exits 1 after printing help; asking for help is not a failure
+    raise
+
+
+def _is_runtime_error(error: BaseException) -> bool:
+  """Failures of a run that a user can read in one line (TensorFlow's op errors included)."""
+  return (isinstance(error, (OSError, FloatingPointError, RuntimeError, ValueError))
+          or type(error).__module__.startswith("tensorflow"))
+
+
+def run(main_fn: Callable[[list[str]], Any]) -> None:
+  """app.run(main_fn) with one-line errors: UsageError exits 2, other run failures 1."""
+  def wrapped(argv):
+    if len(argv) > 1:
+      _fail(f"unexpected positional arguments {argv[1:]}; use --flag=value", 2)
+    try:
+      main_fn(argv)
+    except UsageError as error:
+      _fail(str(error), 2)
+    except Exception as error:  # noqa: BLE001 - only the kinds below become one line
+      if not _is_runtime_error(error):
+        raise
+      _fail(str(error) or type(error).__name__, 1)
+  app.run(wrapped, flags_parser=_parse_flags)
+
+
+def _help_text(field: dataclasses.Field) -> str:
+  allowed = describe_allowed(field)
+  text = field.metadata.get("help") or field.name.replace("_", " ")
+  return f"{text} Allowed: {allowed}." if allowed and not field.metadata.get("choices") else text
+
+
+def define_flags(config_class: type) -> None:
+  """One flag per field of `config_class` (enum flags for choices, list flags for tuples).
+
+  The flags count as the main module's, so `--help` lists them with their help text.
   """
+  module = sys.argv[0]
+  defaults = config_class()
   for field in dataclasses.fields(config_class):
-    if field.name in exclude:
+    if not field.metadata.get("flag", True):
       continue
-    default = field.default
-    help_text = f"See {config_class.__name__}.{field.name}."
-    if isinstance(default, bool):
-      flags.DEFINE_bool(field.name, default, help_text)
-    elif isinstance(default, int):
-      flags.DEFINE_integer(field.name, default, help_text)
-    elif isinstance(default, float):
-      flags.DEFINE_float(field.name, default, help_text)
+    kind, is_tuple = field_type(config_class, field)
+    default, help_text = getattr(defaults, field.name), _help_text(field)
+    choices = field.metadata.get("choices")
+    if is_tuple:
+      flags.DEFINE_list(field.name, [str(value) for value in default], help_text, module_name=module)
+    elif choices and kind is str:
+      flags.DEFINE_enum(field.name, default, list(choices), help_text, module_name=module)
+    elif kind is bool:
+      flags.DEFINE_bool(field.name, default, help_text, module_name=module)
+    elif kind is int:
+      flags.DEFINE_integer(field.name, default, help_text, module_name=module)
+    elif kind is float:
+      flags.DEFINE_float(field.name, default, help_text, module_name=module)
     else:
-      flags.DEFINE_string(field.name, default, help_text)
+      flags.DEFINE_string(field.name, default, help_text, module_name=module)
+  flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go "
+                      "(created if missing).", module_name=module)
+  flags.DEFINE_bool("tf_log", False, "Show TensorFlow's own start-up and checkpoint logging on stderr.",
+                    module_name=module)
+
+
+def config_from_flags(config_class: type) -> Config:
+  """The config the parsed flags describe (list flags converted element-wise); unchecked."""
+  values = {}
+  for field in dataclasses.fields(config_class):
+    if not field.metadata.get("flag", True):
+      continue
+    kind, is_tuple = field_type(config_class, field)
+    value = flags.FLAGS[field.name].value
+    if is_tuple:
+      try:
+        value = tuple(kind(element) for element in value)
+      except ValueError:
+        raise UsageError(f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
+    values[field.name] = value
+  return config_class(**values)
+
+
+def prepare_output_dir(output_dir: str) -> None:
+  """Creates `output_dir` or raises UsageError in one line if it cannot hold results."""
+  require(bool(output_dir), "--output_dir is required")
+  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    raise UsageError(f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+  except OSError as error:
+    raise UsageError(f"--output_dir={output_dir} cannot be created: {error.strerror}") from None
+  if not os.access(output_dir, os.W_OK | os.X_OK):
+    raise UsageError(f"--output_dir={output_dir} is not writable")
+
+
+def remove_stale_temporaries(output_dir: str) -> list[str]:
+  """Deletes half-written files a killed run left under `output_dir`; returns their paths."""
+  stale = []
+  for pattern in STALE_TEMPORARY_PATTERNS:
+    stale += glob.glob(os.path.join(output_dir, "**", pattern), recursive=True)
+  for path in stale:
+    os.remove(path)
+  return stale
+
+
+def finished_run_matches(config: Config, output_dir: str) -> bool:
+  """Whether `output_dir` already holds results.json of a run with these settings.
+
+  Raises UsageError naming the differing flags if it holds one with other
+  settings, unless `config.replace_mismatched` (then the old file is removed).
+  """
+  path = os.path.join(output_dir, RESULTS_FILENAME)
+  if not os.path.exists(path):
+    return False
+  with open(path) as handle:
+    recorded = json.load(handle).get("flags", {})
+  differing = config.differences(recorded)
+  if not differing:
+    return True
+  if config.replace_mismatched:
+    os.remove(path)
+    return False
+  raise UsageError(f"{path} was made with other settings: {describe_differences(config, recorded, differing)}; "
+                   "use another --output_dir, or --replace_mismatched to rerun")
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+  """Sends file descriptor 2 to /dev/null (C++ logging before absl::InitializeLog ignores levels)."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with open(os.devnull, "w") as devnull:
+    os.dup2(devnull.fileno(), 2)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+def quiet_tensorflow_startup(show_logging: bool = False) -> None:
+  """Imports TensorFlow and finds its devices without its start-up noise on stderr.
+
+  Also silences TensorFlow's INFO and WARNING logging (for example the checkpoint
+  saver's per-save lines) unless `show_logging`.
+  """
+  if show_logging:
+    return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  with _stderr_silenced():
+    import tensorflow as tf
+    tf.config.list_logical_devices()
+  tf.get_logger().setLevel("ERROR")
+  absl_logging.get_absl_handler().addFilter(_drop_tensorflow_info)
+
+
+def _drop_tensorflow_info(record: logging.LogRecord) -> bool:
+  """Keeps our progress lines; drops TensorFlow's own INFO lines (e.g. one per checkpoint save)."""
+  return record.levelno > logging.INFO or f"{os.sep}tensorflow{os.sep}" not in record.pathname
+
+
+def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
+         printed_metrics: Sequence[str] = ()) -> None:
+  """The whole `__main__` of a benchmark binary: flags -> config -> train_and_evaluate -> results.
+
+  `train_and_evaluate(config, output_dir)` writes output_dir/results.json and
+  returns the metrics; those named in `printed_metrics` are printed.
+  """
+  define_flags(config_class)
+
+  def run_config(argv):
+    del argv
+    config = config_from_flags(config_class)
+    config.validate()
+    output_dir = flags.FLAGS.output_dir
+    prepare_output_dir(output_dir)
+    remove_stale_temporaries(output_dir)
+    if finished_run_matches(config, output_dir):
+      print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
+      return
+    quiet_tensorflow_startup(flags.FLAGS.tf_log)
+    metrics = train_and_evaluate(config, output_dir)
+    for name in printed_metrics:
+      if name in metrics:
+        value = metrics[name]
+        print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {json.dumps(value)}")
+  run(run_config)

@@ -26,7 +26,6 @@ import tarfile
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 
 from common import download
 
@@ -241,13 +240,14 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
 
 
 def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *, shuffle: bool = False,
-                   seed: int = 0, repeat: bool = False) -> tf.data.Dataset:
+                   seed: int = 0, repeat: bool = False) -> "tf.data.Dataset":
   """A tf.data pipeline over in-memory arrays: (shuffle,) batch, prefetch.
 
   Evaluation uses it unshuffled. The shuffled, repeating form is for training
   loops that consume a tf.data iterator; the suite's own loops draw minibatches
   in-graph instead (`ElboMaximizer`), which keeps resumed runs exact.
   """
+  import tensorflow as tf  # on demand: the binaries check their flags before TensorFlow loads
   dataset = tf.data.Dataset.from_tensor_slices((images, labels))
   if shuffle:
     dataset = dataset.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)

@@ -16,7 +16,9 @@ from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, Fl
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.deep_ensemble import MemberConv2D, MemberDense
+from baselines.methods import Networks
 from baselines.mnf import Conv2DMNF, DenseMNF
+from image.config import ENSEMBLE_KERNEL_INITIALIZERS, ImageConfig
 
 CONV_FILTERS = (6, 16, 120)
 KERNEL_SIZE = 5
@@ -65,7 +67,6 @@ def mnf_lenet5(seed: int = 0, num_classes: int = 10) -> LayerChain:
       num_classes)
 
 
-ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
 
 
 def ensemble_lenet5(num_members: int = 10, seed: int = 0, num_classes: int = 10,
@@ -87,3 +88,15 @@ def ensemble_lenet5(num_members: int = 10, seed: int = 0, num_classes: int = 10,
           units, num_members, activation=activation, seed=derived_seed(seed, index),
           kernel_initializer=kernel_initializer if activation else "glorot_uniform"),
       num_classes)
+
+
+def lenet5_networks(config: ImageConfig, num_classes: int) -> Networks:
+  """LeNet-5 for every method: mean-field VI, MNF and the deterministic ensemble."""
+  def mean_field(num_members):
+    return mean_field_lenet5(num_members, num_classes, config.empirical_bayes_prior,
+                             config.initial_untransformed_posterior_scale)
+
+  def ensemble(num_members):
+    return ensemble_lenet5(num_members, config.seed, num_classes, config.ensemble_kernel_initializer)
+
+  return Networks(mean_field=mean_field, mnf=lambda: mnf_lenet5(config.seed, num_classes), ensemble=ensemble)

@@ -9,7 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from baselines.config import METHODS, VI_FAMILY
+from image import figures
 from image import main as image_main
+from image.config import ImageConfig, pixel_scaling_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
@@ -21,9 +24,9 @@ TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1
             ensemble_members=2, ensemble_steps=60, steps_per_checkpoint=100, batch_size=64)
 
 
-@pytest.mark.parametrize("method", image_main.METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
-  config = image_main.ImageConfig(method=method, **TINY)
+  config = ImageConfig(method=method, **TINY)
   metrics = image_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "image" and results["method"] == method
@@ -35,29 +38,29 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   # Averaging samples (members) never lowers the MLL below the members' own mean (Jensen).
   assert np.log(0.1) < metrics["member_test_mll"] <= metrics["test_mll"] and metrics["member_test_accuracy"] > 0.5
   assert {"train_seconds", "evaluate_seconds", "total_seconds"} <= set(results["timings"])
-  if method in image_main.VI_FAMILY:
+  if method in VI_FAMILY:
     assert metrics["elbo"] < 0
   if method == "vi_equal_compute":
     assert metrics["total_vi_steps"] == 150 + 3 * 3 * 20
   if method == "refined_vi":
     assert metrics["elbo_aux"] > metrics["elbo"]
-    trace = pd.read_csv(tmp_path / image_main.TRACE_FILENAME)
+    trace = pd.read_csv(tmp_path / figures.TRACE_FILENAME)
     assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
     assert [c for c in trace.columns if c.startswith("member_")] == ["member_0", "member_1", "member_2"]
     # The staircase: each auxiliary variable ends higher than the previous one ended.
     ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(lambda v: v.iloc[-5:].mean()).to_numpy()
     assert np.all(np.diff(ends) > 0)
     # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the result.
-    stages = pd.read_csv(tmp_path / image_main.TRACE_STAGES_FILENAME)
+    stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
     assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and list(stages.step) == [0, 20, 40, 60]
     assert stages.elbo_aux_mean.iloc[0] == pytest.approx(metrics["elbo_start_members"], rel=1e-6)
     assert stages.elbo_aux_mean.iloc[-1] == pytest.approx(metrics["elbo_aux"], rel=1e-6)
     assert stages.elbo_aux_mean.iloc[1] > stages.elbo_aux_mean.iloc[0]
     assert results["timings"]["stage_elbo_seconds"] > 0
-    assert (tmp_path / image_main.FIGURE_FILENAME).stat().st_size > 10_000
+    assert (tmp_path / figures.FIGURE_FILENAME).stat().st_size > 10_000
   else:
-    assert "elbo_aux" not in metrics and not (tmp_path / image_main.TRACE_FILENAME).exists()
-    assert not (tmp_path / image_main.TRACE_STAGES_FILENAME).exists()
+    assert "elbo_aux" not in metrics and not (tmp_path / figures.TRACE_FILENAME).exists()
+    assert not (tmp_path / figures.TRACE_STAGES_FILENAME).exists()
 
 
 def _run(*args):
@@ -68,9 +71,11 @@ def _run(*args):
 @pytest.mark.parametrize("flags,message", [
     (["--dataset=svhn"], "value should be one of"),
     (["--method=sgld"], "value should be one of"),
-    (["--num_train_examples=-1"], "num_train_examples=-1 must be >= 0 (0: all)"),
-    (["--variance_ratio=0"], "variance_ratio=0.0 must be in (0, 1)"),
-    (["--initial_untransformed_posterior_scale=9"], "initial_untransformed_posterior_scale=9.0 must be in [-20, 5]"),
+    (["--num_train_examples=-1"], "num_train_examples=-1 is out of range; allowed: >= 0"),
+    (["--variance_ratio=0"], "variance_ratio=0.0 is out of range; allowed: > 0 and < 1"),
+    (["--initial_untransformed_posterior_scale=9"],
+     "initial_untransformed_posterior_scale=9.0 is out of range; allowed: >= -20 and <= 5"),
+    (["--initial_untransformed_posterior_scale=-inf"], "initial_untransformed_posterior_scale=-inf must be a finite"),
     (["--pixel_scaling=zscore"], "value should be one of"),
     (["--ensemble_kernel_initializer=orthogonal"], "value should be one of"),
 ])
@@ -84,24 +89,23 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
 def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
   """By default the ensemble gets [0, 1] pixels and Glorot kernels; the suite's VI protocol is a flag away."""
   settings = {**TINY, "method": "deep_ensemble", "ensemble_steps": 30}
-  paper = image_main.train_and_evaluate(image_main.ImageConfig(**settings), str(tmp_path / "paper"))
+  paper = image_main.train_and_evaluate(ImageConfig(**settings), str(tmp_path / "paper"))
   vi_like = image_main.train_and_evaluate(
-      image_main.ImageConfig(**settings, pixel_scaling="standardise", ensemble_kernel_initializer="he_normal"),
+      ImageConfig(**settings, pixel_scaling="standardise", ensemble_kernel_initializer="he_normal"),
       str(tmp_path / "vi_like"))
   assert paper["test_accuracy"] > 0.5 and abs(paper["test_mll"] - vi_like["test_mll"]) > 1e-3
   recorded = json.loads((tmp_path / "paper" / "results.json").read_text())["flags"]
   assert recorded["pixel_scaling"] == "unit_interval" and recorded["ensemble_kernel_initializer"] == "glorot_uniform"
   for name in ("pixel_scaling", "ensemble_kernel_initializer"):
-    with pytest.raises(ValueError, match=f"unknown {name} 'bad'; allowed: "):
-      image_main.ImageConfig(**{name: "bad"}).check()
+    with pytest.raises(ValueError, match=f"{name}='bad' is not allowed; allowed: one of "):
+      ImageConfig(**{name: "bad"}).validate()
 
 
 @pytest.mark.parametrize("method,scaling", [("vi", "standardise"), ("mnf", "standardise"),
                                             ("deep_ensemble", "unit_interval")])
 def test_by_method_pixel_scaling_follows_each_rows_source(method, scaling):
-  assert image_main.pixel_scaling_of(image_main.ImageConfig(method=method)) == scaling
-  chosen = image_main.ImageConfig(method=method, pixel_scaling="standardise")
-  assert image_main.pixel_scaling_of(chosen) == "standardise"
+  assert ImageConfig(method=method).pixel_scaling == scaling == pixel_scaling_for(method, "by_method")
+  assert ImageConfig(method=method, pixel_scaling="standardise").pixel_scaling == "standardise"
 
 
 def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
@@ -125,7 +129,7 @@ def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
   """No CIFAR-10 copy exists here: the binary runs on files written in the real format (32x32x3 LeNet-5)."""
   from common import images
   images.write_synthetic_cifar10(str(tmp_path / "data" / "cifar10"), examples_per_batch=100, seed=0)
-  config = image_main.ImageConfig(**{**TINY, "dataset": "cifar10", "data_dir": str(tmp_path / "data"),
+  config = ImageConfig(**{**TINY, "dataset": "cifar10", "data_dir": str(tmp_path / "data"),
                                      "num_train_examples": 0, "num_test_examples": 0, "method": "vi",
                                      "vi_steps": 100})
   metrics = image_main.train_and_evaluate(config, str(tmp_path / "out"))

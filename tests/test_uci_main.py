@@ -1,5 +1,7 @@
 """The UCI binary end to end on real data at tiny scale: every method, results files, resume, bad input."""
+import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -7,7 +9,9 @@ import sys
 
 import pytest
 
+from baselines.config import METHODS
 from uci import main as uci_main
+from uci.config import UciConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
@@ -18,9 +22,9 @@ TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden
             ensemble_steps=150, steps_per_checkpoint=200)
 
 
-@pytest.mark.parametrize("method", uci_main.METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
-  config = uci_main.UciConfig(method=method, **TINY)
+  config = UciConfig(method=method, **TINY)
   metrics = uci_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "uci" and results["dataset"] == "yacht_hydrodynamics"
@@ -33,20 +37,77 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   if method == "refined_vi":
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert results["timings"]["refine_seconds"] > 0
-  if method == "vi_equal_compute":
-    assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40
+  if method == "vi_equal_compute":   # Mutation: training zero extra steps (total = vi_steps) fails here.
+    assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40   # the steps taken, read off the trainer
   if method in ("mnf", "deep_ensemble", "vi"):
     assert "elbo_aux" not in metrics
 
 
 def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
   shared = str(tmp_path / "vi_checkpoint")
-  first = uci_main.train_and_evaluate(uci_main.UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+  first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
                                       str(tmp_path / "vi"))
-  second = uci_main.train_and_evaluate(uci_main.UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY),
+  second = uci_main.train_and_evaluate(UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY),
                                        str(tmp_path / "refined"))
   assert first["vi_resumed_from_step"] == 0 and second["vi_resumed_from_step"] == 400
   assert abs(first["elbo"] - second["elbo"]) < 0.05 * abs(first["elbo"])   # same model, a fresh ELBO estimate
+
+
+def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
+  """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly -log 10
+  and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL unchanged) fail here."""
+  from uci import data
+  load = data.load
+  config = UciConfig(method="vi", **{**TINY, "vi_steps": 200})
+  original = uci_main.train_and_evaluate(config, str(tmp_path / "original"))
+  monkeypatch.setattr(data, "load", lambda *args: (lambda x, y: (x, 10.0 * y + 3.0))(*load(*args)))
+  scaled = uci_main.train_and_evaluate(config, str(tmp_path / "scaled"))
+  assert scaled["target_std"] == pytest.approx(10 * original["target_std"], rel=1e-9)
+  assert scaled["test_mll"] == pytest.approx(original["test_mll"] - math.log(10.0), abs=1e-3)
+  assert scaled["test_rmse"] == pytest.approx(10 * original["test_rmse"], rel=1e-3)
+
+
+def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
+  """A seed-1 run pointed at seed 0's VI checkpoint or output directory stops with the differing flag.
+
+  Mutation: resuming without comparing the recorded settings (the bug this replaced: seed 0's model
+  evaluated on seed 1's split) makes these pass silently and fails here."""
+  shared = str(tmp_path / "vi_checkpoint")
+  uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "s0"))
+  with pytest.raises(ValueError, match=r"--seed=1 \(checkpoint: 0\)"):
+    uci_main.train_and_evaluate(UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, **TINY),
+                                str(tmp_path / "s1"))
+  replaced = uci_main.train_and_evaluate(
+      UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, replace_mismatched=True, **TINY),
+      str(tmp_path / "s1"))
+  assert replaced["vi_resumed_from_step"] == 0
+  flags = ["--method=vi", *[f"--{name}={value}" for name, value in TINY.items()]]
+  completed = _run(f"--output_dir={tmp_path / 's0'}", "--seed=2", *flags)
+  assert completed.returncode == 2
+  assert completed.stderr.strip().splitlines() == [
+      f"error: {tmp_path / 's0' / 'results.json'} was made with other settings: --seed=2 (recorded: 0); "
+      "use another --output_dir, or --replace_mismatched to rerun"]
+  same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
+  assert same.returncode == 0 and "already holds this run" in same.stdout
+
+
+def test_output_dir_problems_are_one_line_before_any_work(tmp_path):
+  a_file = tmp_path / "file"
+  a_file.write_text("")
+  completed = _run(f"--output_dir={a_file}")
+  assert completed.returncode == 2
+  assert completed.stderr.strip().splitlines() == [
+      f"error: --output_dir={a_file} is a file; it must be a directory (or not exist yet)"]
+  assert _run().stderr.strip().splitlines() == ["error: --output_dir is required"]
+
+
+def test_help_lists_every_setting_with_its_help_text():
+  completed = _run("--help")
+  assert completed.returncode == 0
+  for field in dataclasses.fields(UciConfig):
+    assert f"--{field.name}" in completed.stdout or f"--[no]{field.name}" in completed.stdout, field.name
+  assert "See UciConfig" not in completed.stdout
+  assert "Adam steps of mean-field VI." in completed.stdout
 
 
 def _run(*args):
@@ -70,15 +131,18 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
 @pytest.mark.parametrize("flags,status,message", [
     (["--dataset=boston"], 2, "value should be one of"),
     (["--method=sgld"], 2, "value should be one of"),
-    (["--num_samples=0"], 2, "num_samples=0 must be >= 1"),
-    (["--variance_ratio=1.0"], 2, "variance_ratio=1.0 must be in (0, 1)"),
-    (["--refine_learning_rate_rule=fast"], 2, "unknown refine_learning_rate_rule 'fast'"),
+    (["--num_samples=0"], 2, "num_samples=0 is out of range; allowed: >= 1"),
+    (["--variance_ratio=1.0"], 2, "variance_ratio=1.0 is out of range; allowed: > 0 and < 1"),
+    (["--refine_learning_rate_rule=fast"], 2, "value should be one of <paper|authors_code>"),
+    (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
+    (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
+  """Each bad value is refused before TensorFlow loads: the error line is the only line on stderr."""
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
   assert completed.returncode == status
-  last_line = completed.stderr.strip().splitlines()[-1]
-  assert last_line.startswith("error:") and message in last_line
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
   assert not (tmp_path / "results.json").exists()
 
 

@@ -34,7 +34,6 @@ standard error of ~0.01. The refined draws go to samples.npz.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -44,10 +43,11 @@ import edward2 as ed
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
-from absl import flags, logging
+from absl import logging
 
 from auxiliary_sampling.factorized import StableBlock, refine_stable
 from common import cli
+from common.config import Config, UsageError, setting
 from toy.divergence import knn_kl_divergence
 from common.results import atomic_output, save_figure, write_results
 from common.seeding import seed_everything
@@ -230,36 +230,26 @@ def as_features(mu, tau, theta) -> np.ndarray:
 
 
 @dataclasses.dataclass
-class EightSchoolsConfig:
-  num_auxiliary: tuple[int, ...] = (1, 2, 4, 8, 16)
-  num_samples: int = 1000   # refined samples per K; the Cauchy block's grids make K = 16 the costly part
-  initial_steps: int = 3000
-  steps_per_auxiliary: int = 500
-  learning_rate: float = 1e-2
-  num_mc_samples: int = 16
-  elbo_num_samples: int = 256
-  nuts_chains: int = 64
-  nuts_burnin: int = 1000
-  nuts_draws: int = 2000
-  knn_k: int = 5
-  seed: int = 0
+class EightSchoolsConfig(Config):
+  """Refinement for several K against a NUTS reference."""
+
+  num_auxiliary: tuple[int, ...] = setting((1, 2, 4, 8, 16), "Values of K, comma-separated.", minimum=1)
+  num_samples: int = setting(1000, "Refined samples per K (the Cauchy block's grids make K = 16 the costly "
+                             "part).", minimum=1)
+  initial_steps: int = setting(3000, "Adam steps of the initial mean-field fit.", minimum=0)
+  steps_per_auxiliary: int = setting(500, "Adam steps after each auxiliary variable.", minimum=0)
+  learning_rate: float = setting(1e-2, "Adam learning rate.", above=0)
+  num_mc_samples: int = setting(16, "Monte Carlo draws per Adam step.", minimum=1)
+  elbo_num_samples: int = setting(256, "Monte Carlo draws per ELBO_aux estimate.", minimum=1)
+  nuts_chains: int = setting(64, "NUTS chains of the reference.", minimum=1)
+  nuts_burnin: int = setting(1000, "NUTS burn-in steps per chain.", minimum=0)
+  nuts_draws: int = setting(2000, "NUTS draws kept per chain.", minimum=1)
+  knn_k: int = setting(5, "Neighbours of the k-nearest-neighbour KL estimator.", minimum=1)
+  seed: int = setting(0, "Random seed.", minimum=0)
 
   def check(self) -> None:
-    if not self.num_auxiliary:
-      raise ValueError("num_auxiliary must list at least one K")
-    for k in self.num_auxiliary:
-      if k < 1:
-        raise ValueError(f"num_auxiliary contains K={k}; every K must be >= 1")
-    for name in ("num_samples", "num_mc_samples", "elbo_num_samples", "nuts_chains", "nuts_draws", "knn_k"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
-    for name in ("initial_steps", "steps_per_auxiliary", "nuts_burnin"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
-    if not self.learning_rate > 0:
-      raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
     if self.knn_k >= self.num_samples:
-      raise ValueError(f"knn_k={self.knn_k} must be below num_samples={self.num_samples}")
+      raise UsageError(f"knn_k={self.knn_k} must be below num_samples={self.num_samples}")
 
 
 def nuts_reference(config: EightSchoolsConfig, output_dir: str) -> dict[str, np.ndarray]:
@@ -278,7 +268,8 @@ def nuts_reference(config: EightSchoolsConfig, output_dir: str) -> dict[str, np.
 
 
 def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
-  config.check()
+  """Refines for every K, compares with NUTS; writes results.json and Figure 3 into `output_dir`."""
+  config.validate()
   seed_everything(config.seed)
   started = time.perf_counter()
   nuts = nuts_reference(config, output_dir)
@@ -330,7 +321,7 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
   }
   timings.update(nuts_seconds=nuts_seconds, total_seconds=time.perf_counter() - started)
   write_results(output_dir, benchmark="toy", dataset="eight_schools", method="refined_vi", seed=config.seed,
-                flags={**dataclasses.asdict(config), "num_auxiliary": list(config.num_auxiliary)},
+                flags=config.as_dict(),
                 metrics=metrics, timings=timings)
   return metrics
 
@@ -372,26 +363,5 @@ def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: 
   plt.close(figure)
 
 
-def define_flags() -> None:
-  defaults = EightSchoolsConfig()
-  flags.DEFINE_string("output_dir", None, "Where results.json, the figures and the NUTS cache go.")
-  flags.DEFINE_list("num_auxiliary", [str(k) for k in defaults.num_auxiliary], "Values of K, comma-separated.")
-  cli.define_config_flags(EightSchoolsConfig, exclude=("num_auxiliary",))
-
-
-def main(argv):
-  del argv
-  cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
-  try:
-    num_auxiliary = tuple(int(k) for k in flags.FLAGS.num_auxiliary)
-  except ValueError:
-    raise cli.UsageError(f"num_auxiliary={','.join(flags.FLAGS.num_auxiliary)} must be integers >= 1") from None
-  names = [f.name for f in dataclasses.fields(EightSchoolsConfig) if f.name != "num_auxiliary"]
-  config = EightSchoolsConfig(num_auxiliary=num_auxiliary, **cli.flag_values(names))
-  metrics = train_and_evaluate(config, flags.FLAGS.output_dir)
-  print(json.dumps({"elbo_aux_by_k": metrics["elbo_aux_by_k"], "kl_by_k": metrics["kl_by_k"]}, indent=1))
-
-
 if __name__ == "__main__":
-  define_flags()
-  cli.run(main)
+  cli.main(EightSchoolsConfig, train_and_evaluate, printed_metrics=("elbo_aux_by_k", "kl_by_k"))

@@ -19,7 +19,6 @@ import time
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from absl import flags
 
 from auxiliary_sampling.layers import GaussianSample
 from auxiliary_sampling.objective import estimate_elbo
@@ -28,49 +27,30 @@ from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
 from common import cli
+from common.config import Config, setting
 from common.results import save_figure, write_results
 from common.seeding import seed_everything
-
-flags.DEFINE_string("output_dir", None, "Where results.json and figure.png go.")
-flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_integer("num_samples", 2000, "Refined samples M (one weight each).")
-flags.DEFINE_float("ripple", 1.0, "Depth of the likelihood's ripples (nats).")
-flags.DEFINE_float("period", 1.0, "Distance between neighbouring modes.")
-flags.DEFINE_float("envelope_variance", 0.5, "Variance of the likelihood's Gaussian envelope.")
-flags.DEFINE_float("first_variance", 0.8, "Prior variance of a_1 (a_2 gets 1 - this).")
-flags.DEFINE_integer("vi_steps", 3000, "Adam steps of the Gaussian VI fit.")
-flags.DEFINE_integer("refine_steps", 500, "Adam steps after sampling a_1.")
-flags.DEFINE_float("learning_rate", 1e-2, "Adam learning rate (VI and refinement).")
-flags.DEFINE_integer("batch_size", 256, "Monte Carlo draws of w per Adam step.")
-flags.DEFINE_integer("elbo_samples", 20000, "Monte Carlo draws for each ELBO estimate.")
 
 # Draws of w whose basins hold fewer than this fraction of the samples do not
 # count as visiting a mode.
 MODE_VISIT_FRACTION = 0.01
 
 
-@dataclasses.dataclass(frozen=True)
-class ToyConfig:
-  seed: int = 0
-  num_samples: int = 2000
-  ripple: float = 1.0
-  period: float = 1.0
-  envelope_variance: float = 0.5
-  first_variance: float = 0.8
-  vi_steps: int = 3000
-  refine_steps: int = 500
-  learning_rate: float = 1e-2
-  batch_size: int = 256
-  elbo_samples: int = 20000
+@dataclasses.dataclass
+class ToyConfig(Config):
+  """The toy's likelihood, the auxiliary split and the optimisation."""
 
-  def validate(self) -> None:
-    cli.require(self.num_samples >= 1, f"num_samples={self.num_samples} must be >= 1")
-    for name in ("ripple", "period", "envelope_variance"):
-      cli.require(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be > 0")
-    cli.require(0 < self.first_variance < 1, f"first_variance={self.first_variance} must lie in (0, 1)")
-    for name in ("vi_steps", "refine_steps", "batch_size", "elbo_samples"):
-      cli.require(getattr(self, name) >= 1, f"{name}={getattr(self, name)} must be >= 1")
-    cli.require(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be > 0")
+  seed: int = setting(0, "Random seed.", minimum=0)
+  num_samples: int = setting(2000, "Refined samples M (one weight each).", minimum=1)
+  ripple: float = setting(1.0, "Depth of the likelihood's ripples (nats).", above=0)
+  period: float = setting(1.0, "Distance between neighbouring modes.", above=0)
+  envelope_variance: float = setting(0.5, "Variance of the likelihood's Gaussian envelope.", above=0)
+  first_variance: float = setting(0.8, "Prior variance of a_1 (a_2 gets 1 - this).", above=0, below=1)
+  vi_steps: int = setting(3000, "Adam steps of the Gaussian VI fit.", minimum=1)
+  refine_steps: int = setting(500, "Adam steps after sampling a_1.", minimum=1)
+  learning_rate: float = setting(1e-2, "Adam learning rate (VI and refinement).", above=0)
+  batch_size: int = setting(256, "Monte Carlo draws of w per Adam step.", minimum=1)
+  elbo_samples: int = setting(20000, "Monte Carlo draws for each ELBO estimate.", minimum=1)
 
 
 def log_likelihood(weight, config: ToyConfig):
@@ -113,7 +93,10 @@ def _model(num_members=None):
 
 
 def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict:
-  """Runs the Gaussian fit and the refinement; returns metrics, timings and arrays to plot."""
+  """Runs the Gaussian fit and the refinement and returns the metrics.
+
+  With `output_dir`, also writes results.json and figure.png there.
+  """
   config.validate()
   seed_everything(config.seed)
   started = time.perf_counter()
@@ -164,7 +147,9 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
                    refined_scale=refined_scale, gaussian=(metrics["gaussian_loc"], metrics["gaussian_scale"]))
   if output_dir is not None:
     save_figure(_figure(plot_data, metrics), f"{output_dir}/figure.png")
-  return dict(metrics=metrics, timings=timings, plot_data=plot_data)
+    write_results(output_dir, benchmark="toy", dataset="multimodal", method="refined_vi", seed=config.seed,
+                  flags=config.as_dict(), metrics=metrics, timings=timings)
+  return metrics
 
 
 def _normal_pdf(x, loc, scale):
@@ -196,18 +181,5 @@ def _figure(data, metrics):
   return figure
 
 
-def main(argv):
-  del argv
-  cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
-  fields = [field.name for field in dataclasses.fields(ToyConfig)]
-  values = cli.flag_values(fields + ["output_dir"])
-  config = ToyConfig(**{name: values[name] for name in fields})
-  outcome = train_and_evaluate(config, flags.FLAGS.output_dir)
-  path = write_results(flags.FLAGS.output_dir, benchmark="toy", dataset="multimodal", method="refined_vi",
-                       seed=config.seed, flags=values, metrics=outcome["metrics"], timings=outcome["timings"])
-  print(f"wrote {path}: ELBO (Gaussian) {outcome['metrics']['elbo']:.3f}, ELBO_aux "
-        f"{outcome['metrics']['elbo_aux']:.3f}, modes visited {outcome['metrics']['modes_visited']:.2f}")
-
-
 if __name__ == "__main__":
-  cli.run(main)
+  cli.main(ToyConfig, train_and_evaluate, printed_metrics=("elbo", "elbo_aux", "modes_visited"))

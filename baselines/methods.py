@@ -1,0 +1,88 @@
+"""One dispatch from a method name to a trained predictive, for every benchmark.
+
+A benchmark supplies its networks (`Networks`), its training data, its
+log-likelihood and an output directory; `train_method` trains (resuming from
+checkpoints made with the same settings), and returns the M samples the
+method predicts with, the metrics gathered while training and the timings.
+The benchmark evaluates the samples with its own metrics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from auxiliary_sampling.objective import LogLikelihoodFn
+from auxiliary_sampling.predictive import posterior_draws
+from auxiliary_sampling.refine import RefinementResult
+from baselines import deep_ensemble, mnf
+from baselines.checkpoint_settings import claim_checkpoint_dir
+from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, MethodConfig
+from baselines.vi_family import run_vi_family
+
+
+@dataclasses.dataclass
+class Networks:
+  """A benchmark's architectures, one builder per kind of method."""
+
+  mean_field: Callable[[Optional[int]], tf.Module]   # num_members (None: no member axis) -> VI network
+  mnf: Callable[[], tf.Module]                       # -> MNF network
+  ensemble: Callable[[int], tf.Module]               # num_members -> ensemble with a member axis
+
+
+@dataclasses.dataclass
+class MethodRun:
+  """A trained method: the networks it predicts with, metrics so far, timings."""
+
+  sample_outputs: Callable[[tf.Tensor], tf.Tensor]   # inputs -> [M, batch, ...] outputs of M samples
+  models: list[tf.Module]                             # the trained networks (for benchmark metrics)
+  metrics: dict
+  timings: dict
+  refinement: Optional[RefinementResult] = None       # refined_vi only
+
+
+def checkpoint_dir_of(config: MethodConfig, trainer: str, output_dir: str) -> str:
+  """Where a trainer's checkpoints go; claimed for the run's settings (see checkpoint_settings)."""
+  if trainer == VI and config.vi_checkpoint_dir:
+    directory = config.vi_checkpoint_dir
+  else:
+    directory = os.path.join(output_dir, "checkpoints", trainer)
+  claim_checkpoint_dir(directory, config.identity(trainer), config.replace_mismatched)
+  return directory
+
+
+def train_method(config: MethodConfig, networks: Networks, inputs, labels,
+                 log_likelihood_fn: LogLikelihoodFn, output_dir: str) -> MethodRun:
+  """Trains `config.method` on (inputs, labels) and returns its predictive samples."""
+  summaries = os.path.join(output_dir, "summaries")
+  if config.method in VI_FAMILY:
+    run = run_vi_family(config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
+                        checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir))
+    return MethodRun(sample_outputs=run.sample_outputs, models=[run.model], metrics=run.metrics,
+                     timings=run.timings, refinement=run.refinement)
+  if config.method == "mnf":
+    model = networks.mnf()
+    training = mnf.train_mnf(
+        model, inputs, labels, log_likelihood_fn, num_steps=config.mnf_steps,
+        learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
+        checkpoint_dir=checkpoint_dir_of(config, MNF, output_dir), summary_dir=os.path.join(summaries, MNF),
+        steps_per_checkpoint=config.steps_per_checkpoint)
+
+    def sample_outputs(batch):
+      return posterior_draws(model, batch, config.num_samples)
+  elif config.method == "deep_ensemble":
+    model = networks.ensemble(config.ensemble_members)
+    training = deep_ensemble.train_deep_ensemble(
+        model, inputs, labels, log_likelihood_fn, num_members=config.ensemble_members,
+        num_steps=config.ensemble_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
+        epsilon=config.adversarial_epsilon, seed=config.seed,
+        checkpoint_dir=checkpoint_dir_of(config, ENSEMBLE, output_dir),
+        summary_dir=os.path.join(summaries, ENSEMBLE), steps_per_checkpoint=config.steps_per_checkpoint)
+    sample_outputs = model
+  else:
+    raise ValueError(f"unknown method {config.method!r}")
+  return MethodRun(sample_outputs=sample_outputs, models=[model],
+                   metrics={f"{config.method}_resumed_from_step": training.resumed_from_step},
+                   timings={"train_seconds": training.train_seconds})

@@ -1,0 +1,170 @@
+"""Run settings as dataclasses: the one source of every binary's flags, help text and checks.
+
+Each field is declared with `setting(...)`, which carries its help text, its
+allowed values (choices or bounds) and which trained state it shapes. From
+that one declaration `common.cli` generates the absl flag (enum flags for
+choices, list flags for tuples), `Config.validate()` checks a value, and
+`Config.differences()` tells a rerun whether recorded state was made with
+the same settings. This module does not import TensorFlow, so bad flags are
+refused before it loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any, Mapping, Optional, Sequence
+
+# What trained state a field shapes: every checkpoint and result ("all"), only the
+# results of a run ("results": evaluation and refinement settings), nothing at all
+# ("nothing": where files are, how often to checkpoint), or the checkpoints of the
+# named trainers (a tuple of names such as "vi", "mnf", "deep_ensemble") and results.
+ALL, RESULTS, NOTHING = "all", "results", "nothing"
+
+
+class UsageError(ValueError):
+  """A setting that is not allowed: one line naming the value and what is allowed (exit 2)."""
+
+
+def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # noqa: A002
+            minimum: Optional[float] = None, maximum: Optional[float] = None,
+            above: Optional[float] = None, below: Optional[float] = None,
+            shapes: Any = ALL, flag: bool = True) -> Any:
+  """A dataclass field with its help text and allowed values.
+
+  `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
+  `choices` lists the allowed values (for a tuple field: of each element);
+  `shapes` says which trained state the value shapes (see ALL, RESULTS,
+  NOTHING); `flag=False` keeps a field out of the command line.
+  """
+  metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
+              "minimum": minimum, "maximum": maximum, "above": above, "below": below,
+              "shapes": shapes, "flag": flag}
+  if isinstance(default, (list, dict, set)):
+    raise TypeError(f"mutable default {default!r}: use a tuple")
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_type(config_class: type, field: dataclasses.Field) -> tuple[type, bool]:
+  """(the field's scalar type, whether it is a tuple of them); Optional[X] counts as X."""
+  hints = typing.get_type_hints(config_class)
+  annotation = hints[field.name]
+  is_tuple = False
+  if typing.get_origin(annotation) is typing.Union:
+    annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+  if typing.get_origin(annotation) is tuple:
+    is_tuple, annotation = True, typing.get_args(annotation)[0]
+  return annotation, is_tuple
+
+
+def describe_allowed(field: dataclasses.Field) -> str:
+  """The allowed values of a field in words, e.g. "one of a, b" or ">= 1"."""
+  meta = field.metadata
+  if meta.get("choices"):
+    return "one of " + ", ".join(str(choice) for choice in meta["choices"])
+  parts = []
+  for key, symbol in (("minimum", ">="), ("above", ">"), ("maximum", "<="), ("below", "<")):
+    if meta.get(key) is not None:
+      parts.append(f"{symbol} {meta[key]:g}")
+  return " and ".join(parts)
+
+
+def _check_value(name: str, value: Any, kind: type, field: dataclasses.Field) -> None:
+  meta = field.metadata
+  if value is None:
+    if field.default is None:
+      return
+    raise UsageError(f"{name} is not set; allowed: {describe_allowed(field) or kind.__name__}")
+  if kind is bool:
+    if not isinstance(value, bool):
+      raise UsageError(f"{name}={value!r} must be true or false")
+    return
+  if kind in (int, float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+        kind is int and not isinstance(value, int)):
+      raise UsageError(f"{name}={value!r} must be {'an integer' if kind is int else 'a number'}")
+    if not math.isfinite(value):
+      raise UsageError(f"{name}={value} must be a finite number")
+  if meta.get("choices") and value not in meta["choices"]:
+    raise UsageError(f"{name}={value!r} is not allowed; allowed: {describe_allowed(field)}")
+  bounds = (("minimum", lambda v, b: v >= b), ("above", lambda v, b: v > b),
+            ("maximum", lambda v, b: v <= b), ("below", lambda v, b: v < b))
+  for key, holds in bounds:
+    if meta.get(key) is not None and not holds(value, meta[key]):
+      raise UsageError(f"{name}={value} is out of range; allowed: {describe_allowed(field)}")
+
+
+@dataclasses.dataclass
+class Config:
+  """Base of the settings dataclasses: field checks from the declarations, plus `check()`.
+
+  A subclass (itself a dataclass) declares its fields with `setting(...)` and
+  may override `check()` for relations between fields; `validate()` runs both.
+  """
+
+  replace_mismatched: bool = setting(
+      False, "Discard a results.json or checkpoint made with other settings and start again, instead of "
+      "stopping with an error. State made with the same settings is reused either way.", shapes=NOTHING)
+
+  def validate(self) -> None:
+    """Raises UsageError naming the first value that is not allowed, and what is allowed."""
+    for field in dataclasses.fields(self):
+      kind, is_tuple = field_type(type(self), field)
+      value = getattr(self, field.name)
+      if is_tuple:
+        if not isinstance(value, tuple) or not value:
+          raise UsageError(f"{field.name}={value!r} must list at least one value")
+        for element in value:
+          _check_value(field.name, element, kind, field)
+      else:
+        _check_value(field.name, value, kind, field)
+    self.check()
+
+  def check(self) -> None:
+    """Relations between fields (a subclass's); raises UsageError."""
+
+  def as_dict(self) -> dict[str, Any]:
+    """The settings as JSON-ready values (tuples as lists), as results.json records them."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in dataclasses.asdict(self).items()}
+
+  def identity(self, trainer: Optional[str] = None) -> dict[str, Any]:
+    """The settings that shape a trainer's checkpoint (or, with None, a run's results)."""
+    selected = {}
+    for field in dataclasses.fields(self):
+      shapes = field.metadata.get("shapes", ALL)
+      if shapes == NOTHING:
+        continue
+      if trainer is not None and shapes != ALL and (shapes == RESULTS or trainer not in shapes):
+        continue
+      value = getattr(self, field.name)
+      selected[field.name] = list(value) if isinstance(value, tuple) else value
+    return selected
+
+  def differences(self, recorded: Mapping[str, Any], trainer: Optional[str] = None) -> list[str]:
+    """Names of the settings in `identity(trainer)` whose recorded value differs.
+
+    A setting absent from the record counts as its declared default (runs made
+    before the setting existed behaved as the default does).
+    """
+    defaults = {field.name: field.default for field in dataclasses.fields(self)}
+    differing = []
+    for name, value in self.identity(trainer).items():
+      before = recorded.get(name, defaults[name])
+      if isinstance(before, tuple):
+        before = list(before)
+      if before != value:
+        differing.append(name)
+    return differing
+
+
+def describe_differences(config: Config, recorded: Mapping[str, Any], names: Sequence[str]) -> str:
+  """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line."""
+  defaults = {field.name: field.default for field in dataclasses.fields(config)}
+  return ", ".join(f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, defaults[name])})"
+                   for name in names)
+
+
+def with_default(config_class: type, name: str, default: Any) -> Any:
+  """A subclass's field that keeps `config_class`'s declaration of `name` with another default."""
+  return dataclasses.field(default=default, metadata=config_class.__dataclass_fields__[name].metadata)

@@ -1,0 +1,39 @@
+"""The paper's UCI network (one hidden layer of 50 ReLU units) for every method."""
+from __future__ import annotations
+
+from typing import Optional
+
+import tf_keras
+
+from auxiliary_sampling.layers import DenseReparameterization
+from baselines import deep_ensemble, mnf
+from baselines.methods import Networks
+from uci.config import UciConfig
+from uci.regression import HomoscedasticNoise
+
+
+def mean_field_network(hidden_units: int, initial_noise_scale: float, num_members: Optional[int] = None,
+                       empirical_bayes_prior: bool = True) -> tf_keras.Sequential:
+  """Gaussian mean-field weights, then the learned homoscedastic noise scale."""
+  return tf_keras.Sequential([
+      DenseReparameterization(hidden_units, activation="relu", num_members=num_members,
+                              trainable_prior_scale=empirical_bayes_prior),
+      DenseReparameterization(1, num_members=num_members, kernel_initializer="glorot_uniform",
+                              trainable_prior_scale=empirical_bayes_prior),
+      HomoscedasticNoise(num_members=num_members, initial_scale=initial_noise_scale)])
+
+
+def uci_networks(config: UciConfig) -> Networks:
+  """VI, MNF (with the same learned noise scale) and the heteroscedastic ensemble."""
+  def mean_field(num_members):
+    return mean_field_network(config.hidden_units, config.initial_noise_scale, num_members,
+                              config.empirical_bayes_prior)
+
+  def mnf_network():
+    mean_network = mnf.regression_mnf(config.hidden_units, seed=config.seed)
+    return tf_keras.Sequential(mean_network.layers + [HomoscedasticNoise(initial_scale=config.initial_noise_scale)])
+
+  def ensemble(num_members):
+    return deep_ensemble.regression_ensemble(num_members, config.hidden_units, seed=config.seed)
+
+  return Networks(mean_field=mean_field, mnf=mnf_network, ensemble=ensemble)
