@@ -9,8 +9,6 @@ figure (PNG) found under the results directory.
 """
 from __future__ import annotations
 
-import glob
-import json
 import os
 from typing import Mapping, Optional
 
@@ -18,37 +16,27 @@ import numpy as np
 import pandas as pd
 
 from common.results import atomic_output
+from common.results_loader import find_files, load_paper_table, load_runs
 
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_PAPER_DIR = os.path.join(REPOSITORY, "common", "paper_tables")   # the paper's Tables 1-3 as CSV
 PAPER_TABLES = {"uci": "table1_uci.csv", "image": "table2_lenet5.csv"}
 # Our metric -> the paper's column stem. The paper's ELBO column holds ELBO_aux
 # for refined VI, so `bound` (elbo_aux where present, else elbo) maps to it.
 PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"}
-# UCI runs record ELBOs for standardised targets, the paper's Table 1 for original units: the
-# conversion needs each split's target std, so `python -m uci.table` compares ELBOs (table.md there).
+# UCI runs record ELBOs for standardised targets, the paper's Table 1 for original units:
+# `python -m uci.table` converts them with each run's target_std and compares ELBOs there.
 PAPER_COLUMNS_BY_BENCHMARK = {"uci": {"test_mll": "mll"}}
 BENCHMARK_TABLES = {"uci": "uci/table.md", "image": "image/table.md"}
 KEYS = ["benchmark", "dataset", "method"]
 
 
-# Runs that vary a setting (each has its own table) or smoke runs on synthetic data: kept out of the main report.
-EXCLUDED_DIRS = ("ablations", "smoke")
-
-
 def load_results(results_dir: str) -> pd.DataFrame:
-  """One row per results.json (outside `ablations/` and `smoke/` folders): keys, scalar metrics and timings, path.
+  """One row per counted results.json (see results_loader): keys, scalar metrics, timings, path.
 
-  A metric that is an object of scalars (for example elbo_aux_by_k: {"1": ..., "2": ...}) becomes one
-  column per key, `elbo_aux_by_k[1]`.
+  A metric that is an object of scalars (for example elbo_aux_by_k: {"1": ..., "2": ...}) becomes
+  one column per key, `elbo_aux_by_k[1]`.
   """
   rows = []
-  for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
-    if set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)):
-      continue
-    with open(path) as stream:
-      payload = json.load(stream)
+  for path, payload in load_runs(results_dir):
     row = {key: payload.get(key) for key in KEYS + ["seed", "git_commit"]}
     row["path"] = os.path.relpath(path, results_dir)
     for section in ("metrics", "timings"):
@@ -76,14 +64,6 @@ def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
   table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
   table["runs"] = grouped.size()
   return table.reset_index()
-
-
-def load_paper_table(name: str, paper_dir: Optional[str] = None) -> pd.DataFrame:
-  paper_dir = paper_dir or os.environ.get("REFINED_VI_PAPER_DIR") or DEFAULT_PAPER_DIR
-  path = os.path.join(paper_dir, name)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"paper table {path} not found (set --paper_dir or REFINED_VI_PAPER_DIR)")
-  return pd.read_csv(path)
 
 
 def beside_paper(table: pd.DataFrame, paper: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
@@ -147,8 +127,7 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       sections.append(f"In the paper's layout: [{BENCHMARK_TABLES[benchmark]}]"
                       f"({os.path.relpath(paper_layout, output_dir)}).\n")
     sections.append(f"{to_markdown(table)}\n")
-  figures = sorted(path for path in glob.glob(os.path.join(results_dir, "**", "*.png"), recursive=True)
-                   if not set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)))
+  figures = find_files(results_dir, "*.png")
   if figures:
     sections.append("## Figures\n")
     for figure in figures:

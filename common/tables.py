@@ -9,8 +9,6 @@ the paper's std), and the timing summary.
 """
 from __future__ import annotations
 
-import glob
-import json
 import math
 import os
 from typing import Callable, Optional, Sequence
@@ -18,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from common.report import load_paper_table
+from common import results_loader
 from common.results import atomic_output
 
 METHOD_TITLES = {"deep_ensemble": "Deep ensemble", "mnf": "MNF", "vi": "VI", "vi_equal_compute": "VI (equal compute)",
@@ -29,18 +27,17 @@ METRIC_TITLES = {"test_mll": "MLL", "test_accuracy": "Acc", "test_rmse": "RMSE",
 Column = tuple[str, str, Optional[str]]
 
 
-def load_runs(results_dir: str, benchmark: str, adjust: Optional[Callable[[dict, dict], None]] = None) -> pd.DataFrame:
-  """One row per run of `benchmark`: dataset, method, seed, commit, metrics, timings.
+def load_runs(results_dir: str, benchmark: str,
+              adjust: Optional[Callable[[dict, dict], None]] = None) -> pd.DataFrame:
+  """One row per counted run of `benchmark` (see results_loader): keys, metrics, timings, path.
 
-  `adjust(run, row)` may rewrite a row in place (for example, change units).
+  `adjust(run, row)` may rewrite a row in place (for example, change units); `row["path"]` names
+  the run's results.json for its error messages.
   """
   rows = []
-  for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
-    with open(path) as handle:
-      run = json.load(handle)
-    if run.get("benchmark") != benchmark:
-      continue
-    row = {"dataset": run["dataset"], "method": run["method"], "seed": run["seed"], "git_commit": run["git_commit"]}
+  for path, run in results_loader.load_runs(results_dir, benchmark):
+    row = {"dataset": run["dataset"], "method": run["method"], "seed": run["seed"],
+           "git_commit": run["git_commit"], "path": path}
     row.update(run["metrics"])
     row.update(run["timings"])
     if adjust is not None:
@@ -59,7 +56,7 @@ def summary(runs: pd.DataFrame, metrics: Sequence[str], paper_csv: str, paper_re
   table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
   table["num_seeds"] = grouped.size()
   table = table.reset_index()
-  paper = load_paper_table(paper_csv).rename(columns=paper_renames)
+  paper = results_loader.load_paper_table(paper_csv).rename(columns=paper_renames)
   return table.merge(paper, on=["dataset", "method"], how="left")
 
 

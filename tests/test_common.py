@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from auxiliary_sampling import predictive
-from common import report
+from common import report, results_loader, tables
 from common.results import write_results
 from common.seeding import seed_everything
 
@@ -84,7 +84,7 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
   assert row["test_mll_mean"] == pytest.approx(-2.8)
   assert row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
   assert row["runs"] == 2
-  paper = report.load_paper_table("table1_uci.csv")
+  paper = results_loader.load_paper_table("table1_uci.csv")
   joined = report.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
   joined_row = joined[(joined.dataset == "boston_housing") & (joined.method == "vi")].iloc[0]
   assert joined_row["paper_mll_mean"] == pytest.approx(-2.874)
@@ -93,6 +93,27 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
   assert "boston_housing" in text and "-2.874" in text
   assert "uci/figure4.png" in text and "smoke" not in text
   assert os.path.exists(tmp_path / "report" / "uci.csv")
+
+
+def test_one_loader_skips_ablations_and_smoke_below_the_results_dir_for_tables_and_report(tmp_path):
+  def write(*parts, benchmark="uci"):
+    write_results(str(tmp_path.joinpath(*parts)), benchmark=benchmark, dataset="wine", method="vi",
+                  seed=0, flags={}, metrics={"test_mll": -1.0}, timings={"train_seconds": 1.0})
+  write("uci", "wine", "vi")
+  write("benchmarks", "refine_speed", benchmark="benchmarks")
+  write("ablations", "no_empirical_bayes", "uci", "wine", "vi")
+  write("smoke", "uci", "vi")
+  write("uci", "smoke", "vi")   # excluded at any depth below results_dir
+  counted = [os.path.relpath(run.path, tmp_path) for run in results_loader.load_runs(str(tmp_path))]
+  assert counted == [os.path.join("benchmarks", "refine_speed", "results.json"),
+                     os.path.join("uci", "wine", "vi", "results.json")]
+  only_uci = results_loader.load_runs(str(tmp_path), "uci")
+  assert [run.payload["benchmark"] for run in only_uci] == ["uci"]
+  assert list(report.load_results(str(tmp_path))["path"]) == counted
+  assert list(tables.load_runs(str(tmp_path), "uci")["path"]) == [str(tmp_path / counted[1])]
+  # Pointing results_dir at an ablation reads it: the rule looks only below results_dir.
+  ablation = tmp_path / "ablations" / "no_empirical_bayes" / "uci"
+  assert len(tables.load_runs(str(ablation), "uci")) == 1
 
 
 def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp_path):

@@ -1,6 +1,6 @@
-"""The UCI table: paper layout, original-unit ELBOs, and the checks the issue asks for."""
+"""The UCI table: paper layout, original-unit ELBOs from each run's target_std, the checks."""
 import math
-import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -9,16 +9,46 @@ import pytest
 from common.results import write_results
 from uci import data, table
 
-DATA = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                                       "shared", "data")), "uci")
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
 
-
-def _write(root, method, seed, metrics):
-  flags = {"dataset": "yacht_hydrodynamics", "split": "random_80_20", "seed": seed, "data_dir": DATA}
-  write_results(str(root / method / f"seed_{seed}"), benchmark="uci", dataset="yacht_hydrodynamics",
-                method=method, seed=seed, flags=flags, metrics={"num_train": 246, **metrics},
+def _write(root, method, seed, metrics, dataset="yacht_hydrodynamics"):
+  write_results(str(root / dataset / method / f"seed_{seed}"), benchmark="uci", dataset=dataset,
+                method=method, seed=seed, flags={"dataset": dataset, "seed": seed},
+                metrics={"num_train": 246, "target_std": 15.0, **metrics},
                 timings={"train_seconds": 10.0, "refine_seconds": 1.0, "total_seconds": 12.0})
+
+
+@pytest.fixture(autouse=True)
+def no_data(monkeypatch):
+  """The table reads results.json only: any dataset access fails the test."""
+  def refuse(*args, **kwargs):
+    raise AssertionError("the UCI table must not load a dataset")
+  for name in ("load", "num_standard_splits", "prepare"):
+    monkeypatch.setattr(data, name, refuse)
+
+
+def test_elbos_change_units_with_each_runs_recorded_target_std(tmp_path):
+  _write(tmp_path, "vi", 0, {"test_mll": -1.0, "elbo": -100.0, "num_train": 10,
+                             "target_std": math.e})
+  _write(tmp_path, "refined_vi", 1, {"test_mll": -1.0, "elbo": -50.0, "elbo_aux": -40.0,
+                                     "num_train": 20, "target_std": 0.5})
+  runs = table.load_runs(str(tmp_path)).set_index(["method", "seed"])
+  # ELBO_original = ELBO_standardised - N_train * log(target_std).
+  assert runs.loc[("vi", 0), "elbo"] == pytest.approx(-100.0 - 10 * 1.0)
+  assert runs.loc[("vi", 0), "elbo_standardised"] == -100.0
+  assert runs.loc[("refined_vi", 1), "elbo"] == pytest.approx(-50.0 + 20 * math.log(2.0))
+  assert runs.loc[("refined_vi", 1), "elbo_aux"] == pytest.approx(-40.0 + 20 * math.log(2.0))
+
+
+def test_a_run_without_target_std_is_an_error_naming_its_file(tmp_path):
+  _write(tmp_path, "vi", 0, {"test_mll": -1.0, "elbo": -100.0})
+  _write(tmp_path, "deep_ensemble", 0, {"test_mll": -1.0}, dataset="wine")
+  path = tmp_path / "wine" / "deep_ensemble" / "seed_0" / "results.json"
+  run = path.read_text().replace('"target_std": 15.0', '"other": 1.0')
+  path.write_text(run)
+  message = f"^{re.escape(str(path))}: metrics has no target_std"
+  with pytest.raises(ValueError, match=message) as error:
+    table.load_runs(str(tmp_path))
+  assert "\n" not in str(error.value)
 
 
 def test_table_converts_elbos_to_original_units_and_checks_the_ordering(tmp_path):
@@ -28,17 +58,19 @@ def test_table_converts_elbos_to_original_units_and_checks_the_ordering(tmp_path
     _write(tmp_path, "refined_vi", seed, {"test_mll": refined_mll, "test_rmse": 1.0, "elbo": elbo,
                                           "elbo_aux": elbo_aux})
   outputs = table.write_tables(str(tmp_path), str(tmp_path / "out"))
-  features, targets = data.load("yacht_hydrodynamics", DATA, download_allowed=False)
-  log_std = math.log(data.prepare(features, targets, seed=0).target_std)
   runs = outputs["runs"].set_index(["method", "seed"])
-  np.testing.assert_allclose(runs.loc[("vi", 0), "elbo"], -100.0 - 246 * log_std, rtol=1e-9)
-  np.testing.assert_allclose(runs.loc[("refined_vi", 0), "elbo_aux"] - runs.loc[("refined_vi", 0), "elbo"], 10.0)
+  np.testing.assert_allclose(runs.loc[("vi", 0), "elbo"], -100.0 - 246 * math.log(15.0), rtol=1e-9)
+  elbo_gain = runs.loc[("refined_vi", 0), "elbo_aux"] - runs.loc[("refined_vi", 0), "elbo"]
+  np.testing.assert_allclose(elbo_gain, 10.0)
   markdown = (tmp_path / "out" / "table.md").read_text()
-  assert "| yacht_hydrodynamics |" in markdown and "(-1.626 ± 0.231)" in markdown   # the paper's refined MLL
+  assert "| yacht_hydrodynamics |" in markdown
+  assert "(-1.626 ± 0.231)" in markdown   # the paper's refined MLL
   checks = (tmp_path / "out" / "checks.md").read_text()
   assert "ELBO_aux >= ELBO (same run's VI model): 1 of 2 dataset-seed runs." in checks
   assert "fails: yacht_hydrodynamics seed 1" in checks
   assert "Refined VI mean MLL >= VI mean MLL on 1 of 1 datasets" in checks
+  per_dataset, totals = table.timings(outputs["runs"])
+  assert totals["num_runs"] == 4 and totals["mean_refine_to_vi_train_ratio"] == pytest.approx(0.1)
 
 
 def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():

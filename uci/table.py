@@ -11,7 +11,9 @@ ELBOs: the binary reports them for the standardised targets; the paper's
 Table 1 reports them for y in its original units (its naval ELBO, 53,441 over
 9,547 points, is only reachable in original units). The change of variables
 gives ELBO_original = ELBO_standardised - N_train * log(std of training y),
-which this table applies, recomputing the training std from each run's split.
+which this table applies with the std each run recorded (metrics.target_std);
+it never loads a dataset. Runs from before the binary recorded it were
+backfilled by results/uci/backfill_target_std.py (their "backfilled" note).
 """
 from __future__ import annotations
 
@@ -21,7 +23,6 @@ import pandas as pd
 from absl import flags
 
 from common import cli, tables
-from uci import data
 
 COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"), ("vi", "test_mll", "mll"),
            ("vi", "elbo", "elbo"), ("vi_equal_compute", "test_mll", None), ("refined_vi", "test_mll", "mll"),
@@ -31,23 +32,23 @@ PAPER_RENAMES = {"mll_mean": "paper_mll_mean", "mll_std": "paper_mll_std",
 timings = tables.timings
 
 
-def _target_log_std(flags_of_run: dict, cache: dict) -> float:
-  key = (flags_of_run["dataset"], flags_of_run["split"], flags_of_run["seed"])
-  if key not in cache:
-    features, targets = data.load(flags_of_run["dataset"], flags_of_run.get("data_dir"), download_allowed=True)
-    num_splits = data.num_standard_splits(flags_of_run["dataset"], flags_of_run.get("data_dir"))
-    split = data.prepare(features, targets, flags_of_run["split"], flags_of_run["seed"], num_splits)
-    cache[key] = math.log(split.target_std)
-  return cache[key]
+def _target_std(run: dict, path: str) -> float:
+  """The std of the run's training targets in original units, as its results.json recorded it."""
+  if "target_std" not in run["metrics"]:
+    raise ValueError(f"{path}: metrics has no target_std (the training targets' std that turns "
+                     "ELBOs into original units); rerun, or see results/uci/backfill_target_std.py")
+  return float(run["metrics"]["target_std"])
 
 
 def load_runs(results_dir: str) -> pd.DataFrame:
-  """One row per run: dataset, method, seed, metrics (ELBOs in original units), timings."""
-  cache = {}
+  """One row per run: dataset, method, seed, metrics (ELBOs in original units), timings.
 
+  Every run must record metrics.target_std; a run without it is an error naming its file.
+  """
   def to_original_units(run, row):
+    log_std = math.log(_target_std(run, row["path"]))
     if "elbo" in run["metrics"]:
-      offset = run["metrics"]["num_train"] * _target_log_std(run["flags"], cache)
+      offset = run["metrics"]["num_train"] * log_std
       row["elbo_standardised"] = run["metrics"]["elbo"]
       row["elbo"] = run["metrics"]["elbo"] - offset
       if "elbo_aux" in run["metrics"]:
