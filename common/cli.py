@@ -26,6 +26,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
+from common.results import note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
@@ -238,6 +239,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     if finished_run_matches(config, output_dir):
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return
+    note_start_commit()
     quiet_tensorflow_startup(flags.FLAGS.tf_log)
     metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:

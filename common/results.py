@@ -53,8 +53,18 @@ def git_commit(repository: Optional[str] = None) -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
-# The code a process runs is what it imported; binaries import this module before they start work.
-_GIT_COMMIT_AT_START = git_commit()
+_commit_at_start: dict[str, Optional[str]] = {}
+
+
+def note_start_commit() -> Optional[str]:
+  """Records (once per process) the commit the run starts from; `cli.main` calls it before any work.
+
+  A run can span commits (a long run while the repository moves on), so
+  results.json records this beside HEAD at the end.
+  """
+  if "commit" not in _commit_at_start:
+    _commit_at_start["commit"] = git_commit()
+  return _commit_at_start["commit"]
 
 
 def machine_description() -> dict[str, Any]:
@@ -113,7 +123,7 @@ def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapp
       "benchmark": benchmark, "dataset": dataset, "method": method, "seed": seed,
       "flags": dict(flags), "metrics": dict(metrics), "timings": dict(timings),
       "versions": library_versions(), "git_commit": git_commit(),
-      "git_commit_at_start": _GIT_COMMIT_AT_START, "machine": machine_description(),
+      "git_commit_at_start": note_start_commit(), "machine": machine_description(),
       "command": command or " ".join([os.path.basename(sys.executable)] + sys.argv),
   }
   path = os.path.join(output_dir, RESULTS_FILENAME)

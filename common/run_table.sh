@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Runs a benchmark's table: datasets x methods x seeds, skipping runs that already have results.json.
+# Runs a benchmark's table: datasets x methods x seeds. A run whose output directory already holds
+# results.json with the same settings is skipped (the binary checks); one with other settings stops
+# with the differing flag (pass --replace_mismatched after -- to rerun it). Any failed run makes this
+# script exit 1 after the others have finished, with a list of what failed.
 #   common/run_table.sh --benchmark=uci|image --datasets="..." [--output_root=results] [--seeds="0 1 2 3 4"]
 #                       [--methods="..."] [--jobs=2] [--vi_checkpoint_root=ROOT] [-- extra <benchmark>.main flags]
 # (uci/run_table.sh and image/run_table.sh call it with their datasets.) Per dataset and seed, vi,
@@ -42,16 +45,22 @@ if [[ "$jobs" -gt 1 ]]; then
   export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 fi
 
+failures=$(mktemp)
 run_one() {  # dataset method seed
   local dir="$output_root/$benchmark/$1/$2/seed_$3"
-  [[ -f "$dir/results.json" ]] && return 0
   mkdir -p "$dir"
-  python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
-      --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" >"$dir/log.txt" 2>&1 \
-    && echo "done $1 $2 seed $3" || echo "FAILED $1 $2 seed $3 (see $dir/log.txt)"
+  if python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
+      --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" \
+      >"$dir/log.txt" 2>&1; then
+    echo "done $1 $2 seed $3"
+  else
+    local reason
+    reason=$(grep '^error:' "$dir/log.txt" | tail -1)
+    echo "FAILED $1 $2 seed $3: ${reason:-see $dir/log.txt}" | tee -a "$failures"
+  fi
 }
 export -f run_one
-export output_root benchmark vi_checkpoint_root
+export output_root benchmark vi_checkpoint_root failures
 export extra_flags="${extra[*]:-}"
 
 job_list() {
@@ -78,3 +87,10 @@ job_list >"$jobs_file"
 xargs -P "$jobs" -L 1 bash -c 'set -u; extra=($extra_flags); dataset=$0; seed=$1; shift
   for method in "$@"; do run_one "$dataset" "$method" "$seed"; done' <"$jobs_file"
 rm -f "$jobs_file"
+if [[ -s "$failures" ]]; then
+  echo "$(wc -l <"$failures") run(s) failed:" >&2
+  cat "$failures" >&2
+  rm -f "$failures"
+  exit 1
+fi
+rm -f "$failures"

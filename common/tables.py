@@ -185,3 +185,17 @@ def write_tables(runs: pd.DataFrame, table: pd.DataFrame, output_dir: str, title
                               f"Runs: {len(runs)}; code commits: {', '.join(commits)}.", ""]
   write_text(os.path.join(output_dir, "table.md"), "\n".join(text))
   write_text(os.path.join(output_dir, "checks.md"), check_text)
+
+
+def main(write_tables_fn: Callable[[str, str], dict], benchmark: str) -> None:
+  """The `__main__` of a benchmark's table binary: --results_dir and --output_dir, both results/<benchmark>."""
+  from absl import flags
+
+  from common import cli
+  flags.DEFINE_string("results_dir", f"results/{benchmark}", "Where the runs' results.json files are.")
+  flags.DEFINE_string("output_dir", f"results/{benchmark}", "Where table.md, table.csv and checks.md go.")
+
+  def run_main(argv):
+    del argv
+    write_tables_fn(flags.FLAGS.results_dir, flags.FLAGS.output_dir)
+  cli.run(run_main)

@@ -10,9 +10,8 @@ accuracy, and our means in units of the paper's standard deviations.
 from __future__ import annotations
 
 import pandas as pd
-from absl import flags
 
-from common import cli, tables
+from common import tables
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10")
 COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("deep_ensemble", "test_accuracy", "accuracy"),
@@ -48,12 +47,5 @@ def write_tables(results_dir: str, output_dir: str) -> dict:
   return {"runs": runs, "table": table}
 
 
-def main(argv):
-  del argv
-  write_tables(flags.FLAGS.results_dir, flags.FLAGS.output_dir)
-
-
 if __name__ == "__main__":
-  flags.DEFINE_string("results_dir", "results/image", "Where the image runs' results.json files are.")
-  flags.DEFINE_string("output_dir", "results/image", "Where table.md, table.csv and checks.md go.")
-  cli.run(main)
+  tables.main(write_tables, "image")

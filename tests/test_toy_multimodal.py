@@ -43,8 +43,9 @@ def test_binary_writes_results_json(tmp_path):
   assert not [name for name in os.listdir(out) if name.startswith(".tmp-")]
 
 
-@pytest.mark.parametrize("flag,message", [("--num_samples=0", "num_samples=0 must be >= 1"),
-                                          ("--first_variance=1.5", "first_variance=1.5 must lie in (0, 1)"),
+@pytest.mark.parametrize("flag,message", [("--num_samples=0", "num_samples=0 is out of range; allowed: >= 1"),
+                                          ("--first_variance=1.5",
+                                           "first_variance=1.5 is out of range; allowed: > 0 and < 1"),
                                           ("--num_samples=ten", "num_samples")])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flag, message):
   completed = _run_binary(f"--output_dir={tmp_path}", flag)

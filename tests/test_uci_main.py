@@ -179,5 +179,11 @@ def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path)
   assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]
   assert results["flags"]["refine_weight_noise"] == "per_batch"
   assert not (variant / "uci" / "yacht_hydrodynamics" / "vi_checkpoints").exists()
+  rerun = run_table(f"--output_root={table}", "--methods=vi")
+  assert rerun.returncode == 0 and "done yacht_hydrodynamics vi seed 0" in rerun.stdout
+  other = run_table(f"--output_root={table}", "--methods=vi", extra_flags=["--learning_rate=0.002"])
+  assert other.returncode == 1, other.stdout + other.stderr
+  assert ("FAILED yacht_hydrodynamics vi seed 0: error: " in other.stderr
+          and "--learning_rate=0.002 (recorded: 0.001)" in other.stderr and "1 run(s) failed" in other.stderr)
   bad = run_table("--output_root=x", "--vi_checkpoints=y")
   assert bad.returncode == 2 and "unknown argument '--vi_checkpoints=y'" in bad.stderr

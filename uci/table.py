@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from absl import flags
 
-from common import cli, tables
+from common import tables
 
 COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"), ("vi", "test_mll", "mll"),
            ("vi", "elbo", "elbo"), ("vi_equal_compute", "test_mll", None), ("refined_vi", "test_mll", "mll"),
@@ -72,13 +71,5 @@ def write_tables(results_dir: str, output_dir: str) -> dict:
   return {"runs": runs, "table": table}
 
 
-def main(argv):
-  del argv
-  write_tables(flags.FLAGS.results_dir, flags.FLAGS.output_dir)
-
-
 if __name__ == "__main__":
-  # Defined here, not at import, so that other binaries can import this module's functions.
-  flags.DEFINE_string("results_dir", "results/uci", "Where the UCI runs' results.json files are.")
-  flags.DEFINE_string("output_dir", "results/uci", "Where table.md, table.csv and checks.md go.")
-  cli.run(main)
+  tables.main(write_tables, "uci")

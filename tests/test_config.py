@@ -1,0 +1,112 @@
+"""Settings declared once: checks, flags, rerun identity, checkpoint settings records, stale temporaries."""
+import dataclasses
+import json
+import math
+import os
+
+import pytest
+
+from baselines.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
+from common import cli
+from common.config import NOTHING, RESULTS, Config, UsageError, setting, with_default
+from image.config import ImageConfig
+from toy.multimodal import ToyConfig
+from uci.config import UciConfig
+
+
+@dataclasses.dataclass
+class Example(Config):
+  name: str = setting("a", "A name.", choices=("a", "b"))
+  count: int = setting(1, "A count.", minimum=1)
+  rate: float = setting(0.5, "A rate.", above=0, below=1, shapes=("trainer",))
+  sizes: tuple[int, ...] = setting((1, 2), "Sizes.", minimum=1)
+  place: str = setting("x", "Where.", shapes=NOTHING)
+  report: int = setting(3, "Report.", shapes=RESULTS)
+
+
+@dataclasses.dataclass
+class Derived(Example):
+  count: int = with_default(Example, "count", 7)
+
+
+@pytest.mark.parametrize("values,message", [
+    (dict(name="c"), "name='c' is not allowed; allowed: one of a, b"),
+    (dict(count=0), "count=0 is out of range; allowed: >= 1"),
+    (dict(count=1.5), "count=1.5 must be an integer"),
+    (dict(count=True), "count=True must be an integer"),
+    (dict(rate=1.0), "rate=1.0 is out of range; allowed: > 0 and < 1"),
+    (dict(rate=math.inf), "rate=inf must be a finite number"),
+    (dict(rate=math.nan), "rate=nan must be a finite number"),
+    (dict(sizes=(1, 0)), "sizes=0 is out of range; allowed: >= 1"),
+    (dict(sizes=()), "sizes=() must list at least one value"),
+])
+def test_every_bad_value_is_one_usage_error_naming_it(values, message):
+  with pytest.raises(UsageError) as raised:
+    Example(**values).validate()
+  assert str(raised.value) == message
+
+
+def test_with_default_keeps_the_declaration():
+  assert Derived().count == 7
+  with pytest.raises(UsageError, match="count=0 is out of range; allowed: >= 1"):
+    Derived(count=0).validate()
+
+
+def test_identity_selects_what_shapes_each_checkpoint_and_the_results():
+  config = Example()
+  assert set(config.identity()) == {"name", "count", "rate", "sizes", "report"}
+  assert set(config.identity("trainer")) == {"name", "count", "rate", "sizes"}
+  assert set(config.identity("other")) == {"name", "count", "sizes"}
+  recorded = {**config.as_dict(), "place": "elsewhere", "report": 4}
+  assert config.differences(recorded) == ["report"]
+  assert config.differences(recorded, "trainer") == []
+  assert config.differences({"count": 1}) == []          # absent settings count as their defaults
+
+
+def test_shipped_configs_are_valid_and_fully_documented():
+  for config_class in (UciConfig, ImageConfig, ToyConfig):
+    config_class().validate()
+    for field in dataclasses.fields(config_class):
+      assert len(field.metadata.get("help", "")) > 5, (config_class.__name__, field.name)
+
+
+def test_vi_checkpoints_ignore_refinement_and_other_methods_settings():
+  """The vi, refined_vi and vi_equal_compute runs share one VI checkpoint: only what shapes it counts.
+
+  Mutation: counting method or num_samples in the VI identity breaks that sharing (the runs would
+  refuse each other's checkpoint) and fails here; leaving seed or dataset out fails too."""
+  base = UciConfig()
+  other = UciConfig(method="vi", num_samples=3, steps_per_auxiliary=7, ensemble_members=2, mnf_steps=5)
+  assert other.differences(base.identity("vi"), "vi") == []
+  for name, value in (("seed", 1), ("dataset", "yacht_hydrodynamics"), ("split", "standard_90_10"),
+                      ("hidden_units", 8), ("batch_size", 32), ("learning_rate", 0.01)):
+    assert UciConfig(**{name: value}).differences(base.identity("vi"), "vi") == [name]
+
+
+def test_checkpoint_dir_records_its_settings_and_refuses_others(tmp_path):
+  directory = str(tmp_path / "vi")
+  claim_checkpoint_dir(directory, {"seed": 0, "sizes": (1, 2)}, replace_mismatched=False)
+  assert json.loads((tmp_path / "vi" / SETTINGS_FILENAME).read_text()) == {"seed": 0, "sizes": [1, 2]}
+  (tmp_path / "vi" / "ckpt-1.index").write_text("")
+  claim_checkpoint_dir(directory, {"seed": 0, "sizes": [1, 2]}, replace_mismatched=False)   # same: kept
+  with pytest.raises(UsageError, match=r"--seed=1 \(checkpoint: 0\)"):
+    claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=False)
+  claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=True)
+  assert os.listdir(directory) == [SETTINGS_FILENAME]
+
+
+def test_a_checkpoint_without_a_settings_record_is_refused(tmp_path):
+  (tmp_path / "old").mkdir()
+  (tmp_path / "old" / "ckpt-5.index").write_text("")
+  with pytest.raises(UsageError, match="records no settings"):
+    claim_checkpoint_dir(str(tmp_path / "old"), {"seed": 0}, replace_mismatched=False)
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
+  (tmp_path / "checkpoints" / "vi").mkdir(parents=True)
+  stale = [tmp_path / ".tmp-abc.json", tmp_path / "checkpoints" / "vi" / "xyz.npz.tmp"]
+  for path in stale:
+    path.write_text("half")
+  (tmp_path / "results.json").write_text("{}")
+  assert sorted(cli.remove_stale_temporaries(str(tmp_path))) == sorted(str(path) for path in stale)
+  assert sorted(os.listdir(tmp_path)) == ["checkpoints", "results.json"]
