@@ -17,8 +17,38 @@ def test_geometric_matches_paper_series():
 def test_paper_learning_rate_rule():
   rates = AuxiliarySchedule.geometric(0.7, 5).learning_rates("paper")
   assert rates == pytest.approx([1e-3 * 0.3 ** (k / 2) for k in range(1, 6)])
+
+
+@pytest.mark.parametrize("schedule", [
+    AuxiliarySchedule.geometric(0.7, 5), AuxiliarySchedule.geometric(0.5, 10),
+    AuxiliarySchedule.geometric(0.99, 5), AuxiliarySchedule.geometric(0.999, 3),
+    AuxiliarySchedule.explicit([0.8]), AuxiliarySchedule.explicit([0.3, 0.2, 0.1])])
+def test_paper_learning_rates_are_bit_identical_to_the_committed_runs(schedule):
+  """The paper rule, 1e-3 * sqrt(1 - sum_{l<=k} sigma_al^2 / sigma_w^2) in float64, is kept bit for
+  bit, so the committed runs' learning rates stay exactly reproducible.
+
+  Mutation caught: deriving the rates from the exact product remainders (1 - r)^k instead, which
+  moves them in the last bit (1e-3 * sqrt(0.3) against 1e-3 * sqrt(1 - 0.7) at k = 1).
+  """
+  fractions = schedule.variance_fractions
+  committed = [1e-3 * math.sqrt(1.0 - sum(fractions[:k])) for k in range(1, len(fractions) + 1)]
+  assert schedule.learning_rates("paper") == committed
+
+
+def test_authors_code_learning_rate_is_their_rate_after_drawing_each_auxiliary():
+  """google/edward2 experimental/auxiliary_sampling/run_training.py draws a_{j+1} (j = 0..K-1) and
+  then compiles Adam with 1e-5 * sqrt(1 - ratio)**j: stage k uses 1e-5 * sqrt(1 - ratio)^(k-1),
+  the scale of the prior a_k was drawn from.
+
+  Mutation/bug caught: the old rule used the scale after a_k (exponent k), a factor sqrt(1 - r)
+  too small at every stage: 5.48e-6, 3.0e-6, ... instead of 1e-5, 5.48e-6, ... for r = 0.7.
+  """
+  rates = AuxiliarySchedule.geometric(0.7, 5).learning_rates("authors_code")
+  assert rates[0] == 1e-5
+  assert rates == pytest.approx([1e-5 * math.sqrt(0.3) ** j for j in range(5)], rel=1e-12)
+  assert rates[:3] == pytest.approx([1e-5, 5.477e-6, 3.0e-6], rel=1e-3)
   resnet = AuxiliarySchedule.geometric(0.5, 10).learning_rates("authors_code")
-  assert resnet == pytest.approx([1e-5 * math.sqrt(0.5) ** k for k in range(1, 11)])
+  assert resnet == pytest.approx([1e-5 * math.sqrt(0.5) ** j for j in range(10)], rel=1e-12)
 
 
 def test_explicit_schedule():
