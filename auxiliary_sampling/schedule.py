@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 LEARNING_RATE_RULES = ("paper", "authors_code")
 
@@ -34,9 +34,14 @@ _LEARNING_RATE_RULES = {"paper": (1e-3, 0), "authors_code": (1e-5, 1)}
 
 @dataclasses.dataclass(frozen=True)
 class AuxiliarySchedule:
-  """Prior variances sigma_ak^2 / sigma_w^2 of the auxiliary variables a_1..a_K."""
+  """Prior variances sigma_ak^2 / sigma_w^2 of the auxiliary variables a_1..a_K.
+
+  `ratio` is set for a geometric schedule (Section 4.1): its remaining fractions are then the
+  products (1 - ratio)^k, free of the cancellation in 1 - sum_{l<=k} sigma_al^2 / sigma_w^2.
+  """
 
   variance_fractions: tuple[float, ...]
+  ratio: Optional[float] = None
 
   def __post_init__(self):
     fractions = tuple(float(f) for f in self.variance_fractions)
@@ -48,10 +53,18 @@ class AuxiliarySchedule:
         raise ValueError(
             f"auxiliary variance fraction {fraction!r} (k={k}) must be a finite "
             "number > 0 (it is sigma_ak^2 / sigma_w^2)")
-    total = sum(fractions)
-    if not total < 1.0:
+    if self.ratio is not None:
+      ratio = float(self.ratio)
+      object.__setattr__(self, "ratio", ratio)
+      series = [ratio * (1.0 - ratio) ** (k - 1) for k in range(1, len(fractions) + 1)]
+      if not (0.0 < ratio < 1.0 and all(map(math.isclose, fractions, series))):
+        raise ValueError(f"auxiliary variance fractions {list(fractions)} are not the geometric "
+                         f"series of ratio {ratio!r}, ratio * (1 - ratio)^(k-1)")
+    # The remainder without cancellation: the rounded sum can reach 1 although the fractions
+    # leave a residual (1 - 1e-18 for ratio 1 - 1e-9 and K = 2).
+    if not self.remaining_fraction(len(fractions)) > 0.0:
       raise ValueError(
-          f"auxiliary variance fractions {list(fractions)} sum to {total:.6g}; "
+          f"auxiliary variance fractions {list(fractions)} sum to {math.fsum(fractions):.6g}; "
           "they must sum below 1 (below sigma_w^2) so that w keeps a residual")
 
   @classmethod
@@ -61,7 +74,8 @@ class AuxiliarySchedule:
       raise ValueError(f"number of auxiliary variables K={num_auxiliary!r} must be an integer >= 1")
     if not (isinstance(ratio, (int, float)) and 0.0 < ratio < 1.0):
       raise ValueError(f"auxiliary variance ratio {ratio!r} must lie in the open interval (0, 1)")
-    return cls(tuple(ratio * (1.0 - ratio) ** (k - 1) for k in range(1, num_auxiliary + 1)))
+    fractions = tuple(ratio * (1.0 - ratio) ** (k - 1) for k in range(1, num_auxiliary + 1))
+    return cls(fractions, ratio=ratio)
 
   @classmethod
   def explicit(cls, variance_fractions: Sequence[float]) -> "AuxiliarySchedule":
@@ -73,10 +87,17 @@ class AuxiliarySchedule:
     return len(self.variance_fractions)
 
   def remaining_fraction(self, k: int) -> float:
-    """Variance fraction of p(w | a_1..k): 1 - sum_{l<=k} sigma_al^2 / sigma_w^2."""
+    """Variance fraction of p(w | a_1..k): 1 - sum_{l<=k} sigma_al^2 / sigma_w^2, the prior
+    variance of a_k+1 + ... + a_K + r in Eq. 3.
+
+    Without cancellation, so a float32 model receives it to half an ulp: (1 - ratio)^k for a
+    geometric schedule, else the exact float64 remainder rounded once.
+    """
     if not 0 <= k <= self.num_auxiliary:
       raise ValueError(f"step k={k} is outside 0..{self.num_auxiliary}")
-    return 1.0 - sum(self.variance_fractions[:k])
+    if self.ratio is not None:
+      return (1.0 - self.ratio) ** k
+    return _exact_remainder(self.variance_fractions[:k])
 
   def learning_rates(self, rule: str = "paper") -> list[float]:
     """Adam learning rate of each refinement step k = 1..K (see the module docstring).
@@ -93,3 +114,8 @@ class AuxiliarySchedule:
     fractions = self.variance_fractions
     return [base * math.sqrt(1.0 - sum(fractions[:k - stages_back]))
             for k in range(1, self.num_auxiliary + 1)]
+
+
+def _exact_remainder(fractions: Sequence[float]) -> float:
+  """1 - sum(fractions), computed exactly and rounded once to float64."""
+  return math.fsum((1.0, *(-fraction for fraction in fractions)))

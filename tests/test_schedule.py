@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_paper_learning_rates_are_bit_identical_to_the_committed_runs(schedule):
   bit, so the committed runs' learning rates stay exactly reproducible.
 
   Mutation caught: deriving the rates from the exact product remainders (1 - r)^k instead, which
-  moves them in the last bit (1e-3 * sqrt(0.3) against 1e-3 * sqrt(1 - 0.7) at k = 1).
+  moves them in the last bit (at k = 2..5 for r = 0.7).
   """
   fractions = schedule.variance_fractions
   committed = [1e-3 * math.sqrt(1.0 - sum(fractions[:k])) for k in range(1, len(fractions) + 1)]
@@ -78,3 +79,33 @@ def test_invalid_explicit_schedules_are_rejected(fractions, match):
 def test_unknown_learning_rate_rule_names_the_allowed_ones():
   with pytest.raises(ValueError, match="'fast'.*paper, authors_code"):
     AuxiliarySchedule.geometric(0.7, 5).learning_rates("fast")
+
+
+@pytest.mark.parametrize("ratio,num_auxiliary", [(0.7, 5), (0.9, 5), (0.99, 5), (0.999, 3)])
+def test_geometric_remainders_are_the_exact_products(ratio, num_auxiliary):
+  """After k auxiliaries of a geometric schedule (Section 4.1) p(w | a_1..k) keeps (1 - r)^k of
+  sigma_w^2, which a product gives to float64 round-off.
+
+  Mutation/bug caught: 1 - sum_{l<=k} sigma_al^2 / sigma_w^2, whose cancellation is 1.7e-14
+  relative at r = 0.7 and 8e-8 at r = 0.99 and 0.999, already an ulp of float32.
+  """
+  schedule = AuxiliarySchedule.geometric(ratio, num_auxiliary)
+  for k in range(num_auxiliary + 1):
+    exact = float((1 - Fraction(ratio))**k)
+    assert schedule.remaining_fraction(k) == pytest.approx(exact, rel=1e-15, abs=0), k
+
+
+def test_explicit_remainders_are_rounded_once_in_float64():
+  """Mutation/bug caught: the float64 1 - sum(...) is 8e-8 relative off for these fractions."""
+  fractions = AuxiliarySchedule.geometric(0.999, 3).variance_fractions
+  schedule = AuxiliarySchedule.explicit(fractions)
+  for k in range(4):
+    exact = float(1 - sum(Fraction(f) for f in fractions[:k]))
+    assert schedule.remaining_fraction(k) == exact, k
+
+
+def test_geometric_schedule_knows_its_ratio():
+  assert AuxiliarySchedule.geometric(0.7, 5).ratio == 0.7
+  assert AuxiliarySchedule.explicit([0.8]).ratio is None
+  with pytest.raises(ValueError, match="not the geometric series of ratio 0.5"):
+    AuxiliarySchedule((0.5, 0.2), ratio=0.5)
