@@ -127,7 +127,7 @@ class GaussianMeanField(tf.Module):
     ELBO_aux subtracts for a_k. The caller passes the remaining fraction
     (AuxiliarySchedule.remaining_fraction, exact in float64) because subtracting here, in
     float32, loses 2e-3 of it at ratio 0.9 and all of it at 0.99 (K = 5); both fractions are
-    cast to this parameter's dtype.
+    cast to this parameter's dtype, which AuxiliarySchedule.check_dtype vets.
     """
     # Python floats become float64 tensors first (tf.cast alone would round them to float32).
     dtype = self.remaining_prior_fraction.dtype

@@ -193,6 +193,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   load_trained_state(trained_model, members)
   seed_member_streams(members, seed, total_members, member_offset)
   parameters = mean_field_parameters(members)
+  for dtype in {p.remaining_prior_fraction.dtype for p in parameters}:
+    schedule.check_dtype(dtype)
   auxiliary_noise = MemberNoise(num_samples, total_members, member_offset, name="auxiliary_noise")
   auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
 

@@ -25,6 +25,8 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
+import numpy as np
+
 LEARNING_RATE_RULES = ("paper", "authors_code")
 
 # Each rule's base learning rate, and how many stages back it takes the conditional prior whose
@@ -98,6 +100,39 @@ class AuxiliarySchedule:
     if self.ratio is not None:
       return (1.0 - self.ratio) ** k
     return _exact_remainder(self.variance_fractions[:k])
+
+  def check_dtype(self, dtype) -> None:
+    """Raises a one-line ValueError if a model of float type `dtype` cannot hold the schedule.
+
+    Every fraction and remaining fraction must be a normal number of `dtype` (else it rounds to
+    0 or loses its relative precision), and each fraction must round below the remaining
+    fraction it is taken from, else a_k would take all of p(w | a_1..k-1)'s variance.
+    """
+    dtype = np.dtype(getattr(dtype, "as_numpy_dtype", dtype))
+    finfo, name = np.finfo(dtype), dtype.name
+    tiny = float(finfo.tiny)
+    if self.ratio is None:
+      what = f"auxiliary variance fractions {list(self.variance_fractions)}"
+    else:
+      what = f"auxiliary variance ratio {self.ratio!r} with K={self.num_auxiliary}"
+    for k, fraction in enumerate(self.variance_fractions, start=1):
+      before, after = self.remaining_fraction(k - 1), self.remaining_fraction(k)
+      if fraction < tiny:
+        raise ValueError(
+            f"{what}: fraction {fraction!r} (k={k}) is below {name}'s smallest normal number "
+            f"{tiny:.3g}; allowed: fractions of sigma_w^2 from {tiny:.3g} up")
+      if after < tiny:
+        raise ValueError(
+            f"{what}: the remaining fraction {after:.3g} after k={k} is below {name}'s smallest "
+            f"normal number {tiny:.3g}; allowed: schedules that leave at least that much of "
+            "sigma_w^2 (a smaller ratio or fewer auxiliary variables)")
+      if not dtype.type(fraction) < dtype.type(before):
+        hint = "" if self.ratio is None else (
+            f", for a geometric schedule a ratio below 1 - {float(finfo.epsneg) / 2:.2g}")
+        raise ValueError(
+            f"{what}: fraction {fraction!r} (k={k}) rounds to the remaining fraction "
+            f"{float(dtype.type(before)):.9g} it is taken from in {name}, leaving p(w | a_1..k) "
+            f"no variance; allowed: fractions that stay below it in {name}{hint}")
 
   def learning_rates(self, rule: str = "paper") -> list[float]:
     """Adam learning rate of each refinement step k = 1..K (see the module docstring).

@@ -243,3 +243,18 @@ def test_refinement_at_ratio_0_99_runs_in_float32():
       assert np.all(np.isfinite(parameter.posterior_loc.numpy()))
       assert np.all(parameter.posterior_variance.numpy() > 0)
 
+
+def test_schedule_float32_cannot_hold_is_one_clear_value_error():
+  """Ratio 1 - 1e-9 rounds to 1 in float32: refine says so before any conditioning step.
+
+  Mutation/bug caught: the old code raised a multi-line tf InvalidArgumentError from the compiled
+  conditioning step instead ("must stay below the remaining prior variance").
+  """
+  x, y = _toy_regression()
+  trained = _mlp()
+  trained(x)
+  with pytest.raises(ValueError, match=r"^auxiliary variance ratio 0\.999999999 with K=1: .* "
+                                       r"rounds to the remaining fraction 1 .* float32") as error:
+    refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1,
+           schedule=AuxiliarySchedule.geometric(1 - 1e-9, 1))
+  assert "\n" not in str(error.value)

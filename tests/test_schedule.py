@@ -1,6 +1,7 @@
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from auxiliary_sampling.schedule import AuxiliarySchedule
@@ -102,6 +103,31 @@ def test_explicit_remainders_are_rounded_once_in_float64():
   for k in range(4):
     exact = float(1 - sum(Fraction(f) for f in fractions[:k]))
     assert schedule.remaining_fraction(k) == exact, k
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: AuxiliarySchedule.geometric(1 - 1e-9, 2),
+     r"^auxiliary variance ratio 0\.999999999 with K=2: fraction 0\.999999999 \(k=1\) rounds "
+     r"to the remaining fraction 1 it is taken from in float32.*allowed: "),
+    (lambda: AuxiliarySchedule.geometric(0.999, 13),
+     r"^auxiliary variance ratio 0\.999 with K=13: the remaining fraction 1e-39 after k=13 is "
+     r"below float32's smallest normal number 1\.18e-38.*allowed: "),
+    (lambda: AuxiliarySchedule.explicit([1e-40, 0.5]),
+     r"^auxiliary variance fractions \[1e-40, 0\.5\]: fraction 1e-40 \(k=1\) is below "
+     r"float32's smallest normal number.*allowed: ")],
+    ids=["fraction_rounds_to_remainder", "remainder_underflows", "fraction_underflows"])
+def test_schedule_that_float32_cannot_hold_is_one_clear_value_error(make, match):
+  """Such schedules are valid in float64, so only the model's float type can reject them.
+
+  Mutation/bug caught: the old code had no such check (they went on to fail inside the model with
+  a multi-line InvalidArgumentError, see test_refine), and its float64 sum rounded the first
+  schedule's 1 - 1e-18 to 1, rejecting it even for a float64 model.
+  """
+  schedule = make()
+  with pytest.raises(ValueError, match=match) as error:
+    schedule.check_dtype(np.float32)
+  assert "\n" not in str(error.value)
+  schedule.check_dtype(np.float64)
 
 
 def test_geometric_schedule_knows_its_ratio():
