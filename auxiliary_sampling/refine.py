@@ -193,12 +193,15 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   load_trained_state(trained_model, members)
   seed_member_streams(members, seed, total_members, member_offset)
   parameters = mean_field_parameters(members)
+  for dtype in {p.remaining_prior_fraction.dtype for p in parameters}:
+    schedule.check_dtype(dtype)
   auxiliary_noise = MemberNoise(num_samples, total_members, member_offset, name="auxiliary_noise")
   auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
 
   @tf.function
-  def condition(variance_fraction):
-    log_ratios = [p.condition_on_auxiliary(variance_fraction, auxiliary_noise.normal(p.event_shape))
+  def condition(variance_fraction, remaining_fraction):
+    log_ratios = [p.condition_on_auxiliary(variance_fraction, remaining_fraction,
+                                           auxiliary_noise.normal(p.event_shape))
                   for p in parameters]
     return tf.add_n(log_ratios)
 
@@ -212,7 +215,10 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   stage_seconds = 0.0
   optimise_started = time.perf_counter()
   for stage, (fraction, learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
-    log_ratio = condition(tf.constant(fraction, tf.float32)).numpy().astype(np.float64)
+    # Both fractions in float64, exact remainder included: the model casts them to its dtype.
+    log_ratio = condition(tf.constant(fraction, tf.float64),
+                          tf.constant(schedule.remaining_fraction(stage), tf.float64))
+    log_ratio = log_ratio.numpy().astype(np.float64)
     cumulative_log_ratio += log_ratio
     log_ratios.append(log_ratio)
     if steps_per_auxiliary:

@@ -219,3 +219,42 @@ def test_bad_arguments_are_rejected(kwargs, match):
   trained(x)
   with pytest.raises(ValueError, match=match):
     refine(_mlp, trained, x, y, _gaussian_log_likelihood, **{"steps_per_auxiliary": 1, **kwargs})
+
+
+def test_refinement_at_ratio_0_99_runs_in_float32():
+  """K = 5 auxiliaries at ratio 0.99 leave 1e-10 of sigma_w^2; a float32 model must carry it to
+  round-off, with every later prior variance and log-ratio finite.
+
+  Mutation/bug caught: the old code subtracted each fraction from the float32 remainder, which
+  lost all precision and raised InvalidArgumentError ("must stay below the remaining prior
+  variance") at k = 5.
+  """
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=20, batch_size=32)
+  result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2,
+                  schedule=AuxiliarySchedule.geometric(0.99, 5), steps_per_auxiliary=2,
+                  batch_size=32)
+  assert np.all(np.isfinite(result.log_ratios)) and np.all(np.isfinite(result.elbo_aux))
+  for layer in result.model.layers:
+    for parameter in (layer.kernel, layer.bias):
+      remaining = parameter.remaining_prior_fraction.numpy()
+      assert remaining == pytest.approx(np.full_like(remaining, 0.01**5), rel=1e-7)
+      assert np.all(np.isfinite(parameter.posterior_loc.numpy()))
+      assert np.all(parameter.posterior_variance.numpy() > 0)
+
+
+def test_schedule_float32_cannot_hold_is_one_clear_value_error():
+  """Ratio 1 - 1e-9 rounds to 1 in float32: refine says so before any conditioning step.
+
+  Mutation/bug caught: the old code raised a multi-line tf InvalidArgumentError from the compiled
+  conditioning step instead ("must stay below the remaining prior variance").
+  """
+  x, y = _toy_regression()
+  trained = _mlp()
+  trained(x)
+  with pytest.raises(ValueError, match=r"^auxiliary variance ratio 0\.999999999 with K=1: .* "
+                                       r"rounds to the remaining fraction 1 .* float32") as error:
+    refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1,
+           schedule=AuxiliarySchedule.geometric(1 - 1e-9, 1))
+  assert "\n" not in str(error.value)
