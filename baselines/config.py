@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from auxiliary_sampling.schedule import LEARNING_RATE_RULES
-from common.config import NOTHING, RESULTS, Config, setting
+from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
+from common.config import NOTHING, RESULTS, Config, UsageError, setting
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
 METHODS = VI_FAMILY + ("mnf", "deep_ensemble")
@@ -65,6 +65,15 @@ class MethodConfig(Config):
       shapes=NOTHING)
   steps_per_checkpoint: int = setting(5_000, "Training steps between checkpoints (and progress lines).",
                                       minimum=1, shapes=NOTHING)
+
+  def check(self) -> None:
+    """Refinement's schedule must be one a float32 model can hold (before any training starts)."""
+    if self.method != "refined_vi":
+      return
+    try:
+      AuxiliarySchedule.geometric(self.variance_ratio, self.num_auxiliary).check_dtype("float32")
+    except ValueError as error:
+      raise UsageError(str(error)) from None
 
   @property
   def extra_vi_steps(self) -> int:

@@ -136,6 +136,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     (["--refine_learning_rate_rule=fast"], 2, "value should be one of <paper|authors_code>"),
     (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
     (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
+    (["--variance_ratio=0.99999999"], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
   """Each bad value is refused before TensorFlow loads: the error line is the only line on stderr."""
