@@ -158,5 +158,6 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
   maximizer = AdversarialMaximizer(
       model, inputs, labels, log_likelihood_fn, model.trainable_variables, batch_size=batch_size,
       data_seed=seed, kl_fn=lambda: zero_kl, member_batches=num_members, epsilon=epsilon)
-  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint)
+  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
+                                  name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -318,5 +318,6 @@ def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
   model(inputs[:1])
   maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
                             batch_size=batch_size, data_seed=seed, kl_fn=lambda: mnf_kl(model))
-  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint)
+  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
+                                  name="mnf")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.objective import ElboMaximizer
+from baselines.progress import ProgressLog
 
 _TRACE_FILENAME = "trace.npz"
 
@@ -37,13 +38,14 @@ class CheckpointedTraining:
   """Trains with `maximizer` up to a step count, checkpointing and logging as it goes."""
 
   def __init__(self, maximizer: ElboMaximizer, learning_rate: float, *, steps_per_checkpoint: int = 5000,
-               summary_every: int = 100):
+               summary_every: int = 100, name: str = "training"):
     if not learning_rate > 0:
       raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
     if steps_per_checkpoint < 1 or summary_every < 1:
       raise ValueError(f"steps_per_checkpoint={steps_per_checkpoint} and summary_every={summary_every} "
                        "must be >= 1")
     self.maximizer = maximizer
+    self.name = name
     self.learning_rate = float(learning_rate)
     self.steps_per_checkpoint = int(steps_per_checkpoint)
     self.summary_every = int(summary_every)
@@ -98,6 +100,7 @@ class CheckpointedTraining:
       self._restore(checkpoint_dir, num_steps)
     resumed_from_step = int(self.step.numpy())
     writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+    progress = ProgressLog(self.name, num_steps, resumed_from_step)
     while int(self.step.numpy()) < num_steps:
       first_step = int(self.step.numpy())
       chunk = min(self.steps_per_checkpoint, num_steps - first_step)
@@ -111,6 +114,7 @@ class CheckpointedTraining:
         self._summarise(writer, first_step, trace, kl_trace)
       if checkpoint_dir:
         self._save(checkpoint_dir)
+      progress.log(int(self.step.numpy()), float(np.mean(trace[-min(len(trace), self.summary_every):])))
     trace = np.concatenate(self.traces)[:num_steps]
     kl_trace = np.concatenate(self.kl_traces)[:num_steps]
     return TrainingResult(trace=trace, kl_trace=kl_trace, train_seconds=float(self.train_seconds.numpy()),

@@ -30,7 +30,7 @@ class MeanFieldTrainer(CheckpointedTraining):
     maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
                               batch_size=batch_size, data_seed=seed)
     super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
-                     summary_every=summary_every)
+                     summary_every=summary_every, name="vi")
 
 
 def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,

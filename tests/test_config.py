@@ -110,3 +110,13 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
   (tmp_path / "results.json").write_text("{}")
   assert sorted(cli.remove_stale_temporaries(str(tmp_path))) == sorted(str(path) for path in stale)
   assert sorted(os.listdir(tmp_path)) == ["checkpoints", "results.json"]
+
+
+def test_progress_lines_say_where_a_run_is_and_when_it_ends():
+  from baselines.progress import ProgressLog, format_duration
+  assert [format_duration(s) for s in (12.3, 185, 3725)] == ["12s", "3m05s", "1h02m"]
+  progress = ProgressLog("vi", total=30_000, start_step=10_000)
+  progress.started = progress.previous_time = 0.0
+  assert progress.line(11_000, -9020.4, now=100.0) == (
+      "vi: step 11,000/30,000 (37%), 10.0 steps/s, ELBO -9,020, elapsed 1m40s, ETA 31m40s")
+  assert "20.0 steps/s" in progress.line(13_000, now=200.0)   # the rate of the latest interval
