@@ -17,6 +17,7 @@ import tf_keras
 
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
+from auxiliary_sampling.validation import check_integer
 
 
 def padding_argument(padding: str) -> str:
@@ -28,10 +29,8 @@ def padding_argument(padding: str) -> str:
 
 def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, int], str]:
   """Checked (filters, (kh, kw), 'SAME' | 'VALID') of a 2-D convolution layer."""
-  if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-    raise ValueError(f"filters={filters!r} must be an integer >= 1")
-  return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), \
-      padding_argument(padding)
+  kernel_shape = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+  return check_integer("filters", filters), kernel_shape, padding_argument(padding)
 
 
 def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
@@ -99,10 +98,7 @@ class MeanFieldLayer(tf_keras.layers.Layer):
                untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, **kwargs):
     super().__init__(**kwargs)
     self.untransformed_scale_init = untransformed_scale_init
-    if num_members is not None and (isinstance(num_members, bool) or not isinstance(num_members, int)
-                                    or num_members < 1):
-      raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
-    self.num_members = num_members
+    self.num_members = None if num_members is None else check_integer("num_members", num_members)
     self.prior_scale = prior_scale
     self.trainable_prior_scale = trainable_prior_scale
     self.weight_noise = "per_example"   # see the module docstring; set through `weight_noise_mode`
@@ -158,9 +154,7 @@ class DenseReparameterization(MeanFieldLayer):
                kernel_initializer="he_normal", use_bias: bool = True, **kwargs):
     super().__init__(num_members=num_members, **kwargs)
     self.use_bias = use_bias
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-      raise ValueError(f"units={units!r} must be an integer >= 1")
-    self.units = units
+    self.units = check_integer("units", units)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 

@@ -27,6 +27,7 @@ from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_
                                           estimate_elbo, layers_of, mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.validation import check_integer
 
 ModelFn = Callable[[Optional[int]], tf.Module]
 
@@ -55,12 +56,6 @@ class RefinementResult:
   @property
   def initial_elbo_estimate(self) -> float:
     return float(np.mean(self.initial_elbo))
-
-
-def _positive_int(name: str, value, minimum: int = 1) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-    raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-  return int(value)
 
 
 def _copy_broadcast(source: tf.Variable, target: tf.Variable, what: str) -> None:
@@ -164,11 +159,11 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       estimates, timed apart from `refine_seconds`; the refined samples are
       the same as without it.
   """
-  num_samples = _positive_int("num_samples", num_samples)
+  num_samples = check_integer("num_samples", num_samples)
   check_weight_noise(weight_noise)
-  steps_per_auxiliary = _positive_int("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
-  member_offset = _positive_int("member_offset", member_offset, minimum=0)
-  total_members = num_samples if total_members is None else _positive_int("total_members", total_members)
+  steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
+  member_offset = check_integer("member_offset", member_offset, minimum=0)
+  total_members = num_samples if total_members is None else check_integer("total_members", total_members)
   if member_offset + num_samples > total_members:
     raise ValueError(f"members [{member_offset}, {member_offset + num_samples}) do not fit in "
                      f"total_members={total_members}")

@@ -18,16 +18,11 @@ import tf_keras
 
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
 from baselines.training import CheckpointedTraining, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
-
-
-def _positive_int(name: str, value) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ValueError(f"{name}={value!r} must be an integer >= 1")
-  return value
 
 
 def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
@@ -48,7 +43,7 @@ class MemberDense(tf_keras.layers.Layer):
                seed: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
-    self.units, self.num_members = _positive_int("units", units), _positive_int("num_members", num_members)
+    self.units, self.num_members = check_integer("units", units), check_integer("num_members", num_members)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
@@ -77,7 +72,7 @@ class MemberConv2D(tf_keras.layers.Layer):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
     self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
-    self.num_members, self.strides = _positive_int("num_members", num_members), strides
+    self.num_members, self.strides = check_integer("num_members", num_members), strides
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 

@@ -34,6 +34,7 @@ import tf_keras
 from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data, layers_of
 from auxiliary_sampling.parameters import inverse_softplus
+from auxiliary_sampling.validation import check_integer
 from baselines.training import CheckpointedTraining, TrainingResult
 
 tfb = tfp.bijectors
@@ -245,9 +246,7 @@ class DenseMNF(_MNFLayer):
 
   def __init__(self, units: int, activation=None, **kwargs):
     super().__init__(**kwargs)
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-      raise ValueError(f"units={units!r} must be an integer >= 1")
-    self.units = units
+    self.units = check_integer("units", units)
     self.activation = tf_keras.activations.get(activation)
 
   def build(self, input_shape):
