@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.conditionals import normal_log_prob
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import Adam
+from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.tilted import TiltedGaussian
 
 FAMILIES = ("normal", "cauchy")

@@ -6,7 +6,8 @@ member axis: with `num_members=M` its parameters have a leading axis of size
 M, inputs may be [batch, ...] (shared by all members) or [M, batch, ...], and
 outputs are [M, batch, ...]. The layers expose their parameters and their KL
 to the current (conditional) prior; refinement never needs to know the layer
-type.
+type. Dense and convolution layers can also draw one weight sample per member
+and batch instead (`auxiliary_sampling.weight_noise`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import tf_keras
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
 from auxiliary_sampling.validation import check_integer
+from auxiliary_sampling.weight_noise import resolve_weight_noise
 
 
 def padding_argument(padding: str) -> str:
@@ -101,7 +103,6 @@ class MeanFieldLayer(tf_keras.layers.Layer):
     self.num_members = None if num_members is None else check_integer("num_members", num_members)
     self.prior_scale = prior_scale
     self.trainable_prior_scale = trainable_prior_scale
-    self.weight_noise = "per_example"   # see the module docstring; set through `weight_noise_mode`
     self._parameters: list[GaussianMeanField] = []
 
   def _add_mean_field(self, name: str, shape: Sequence[int], loc_initializer) -> GaussianMeanField:
@@ -173,10 +174,11 @@ class DenseReparameterization(MeanFieldLayer):
     """
     return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
 
-  def call(self, inputs):
+  def call(self, inputs, weight_noise: Optional[str] = None):
+    """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 1)
-    if self.weight_noise == "per_batch":
+    if resolve_weight_noise(weight_noise) == "per_batch":
       return self.activation(self._call_with_weights(inputs))
     if self.num_members is None:
       mean = tf.matmul(inputs, self.kernel.posterior_loc)
@@ -233,11 +235,12 @@ class Conv2DFlipout(MeanFieldLayer):
       return tf.nn.conv2d(inputs, kernel, self.strides, self.padding)
     return member_conv2d(inputs, kernel, self.strides, self.padding)
 
-  def call(self, inputs):
+  def call(self, inputs, weight_noise: Optional[str] = None):
+    """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 3)
     inputs = self._with_member_axis(inputs, 3)
-    if self.weight_noise == "per_batch":
+    if resolve_weight_noise(weight_noise) == "per_batch":
       outputs = self._convolve(inputs, self._weight_sample(self.kernel))
       bias = self._weight_sample(self.bias)
       return self.activation(outputs + (bias if self.num_members is None else bias[:, None, None, None]))

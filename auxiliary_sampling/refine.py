@@ -21,13 +21,16 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import MeanFieldLayer
+from auxiliary_sampling.model_parameters import layers_of, mean_field_parameters, num_members_of
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_data, check_weight_noise,
-                                          estimate_elbo, layers_of, mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
+from auxiliary_sampling.weight_noise import check_weight_noise
 
 ModelFn = Callable[[Optional[int]], tf.Module]
 

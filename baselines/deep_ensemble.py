@@ -16,10 +16,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
 from baselines.training import CheckpointedTraining, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
@@ -132,9 +133,9 @@ class AdversarialMaximizer(ElboMaximizer):
       return super().expected_log_likelihood_on_batch(inputs, labels)
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(inputs)
-      clean = self.log_likelihood_fn(labels, self.model(inputs, training=True))
+      clean = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     adversarial_inputs = tf.stop_gradient(inputs - self.epsilon * tf.sign(tape.gradient(clean, inputs)))
-    adversarial = self.log_likelihood_fn(labels, self.model(adversarial_inputs, training=True))
+    adversarial = self.log_likelihood_fn(labels, self.model_outputs(adversarial_inputs))
     return self.num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
 
 

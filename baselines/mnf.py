@@ -31,9 +31,11 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data, layers_of
+from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.parameters import inverse_softplus
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
 from baselines.training import CheckpointedTraining, TrainingResult
 

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import ElboMaximizer
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.validation import check_integer
 
 _TRACE_FILENAME = "trace.npz"

@@ -16,7 +16,9 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import LogLikelihoodFn, check_weight_noise, estimate_elbo
+from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.training_data import LogLikelihoodFn
+from auxiliary_sampling.weight_noise import check_weight_noise
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
