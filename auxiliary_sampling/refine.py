@@ -14,7 +14,6 @@ ELBO_aux (paper Eq. 13 with the residual of w kept in q_K):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Callable, Iterator, Optional
 
@@ -27,6 +26,7 @@ from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.model_parameters import layers_of, mean_field_parameters, num_members_of
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.parameters import GaussianMeanField
+from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
@@ -36,29 +36,6 @@ ModelFn = Callable[[Optional[int]], tf.Module]
 
 # Stream identifiers mixed into the run seed.
 _LAYER_STREAM, _AUXILIARY_STREAM, _DATA_STREAM = 1, 2, 3
-
-
-@dataclasses.dataclass
-class RefinementResult:
-  """Refined samples and the bookkeeping of Algorithm 1."""
-
-  model: tf.Module               # the M refined members; model(x) -> [M, batch, ...]
-  elbo_aux: np.ndarray           # [M] ELBO_aux of each member's sample path
-  initial_elbo: np.ndarray       # [M] estimates of the starting model's ELBO
-  log_ratios: np.ndarray         # [K, M] log q_{k-1}(a_k) - log p(a_k)
-  trace: np.ndarray              # [K * T, M] minibatch ELBO_aux estimate after every Adam step
-  learning_rates: list[float]    # per auxiliary variable
-  timings: dict[str, float]
-  stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] whole-dataset ELBO_aux after each stage (if asked)
-
-  @property
-  def elbo_aux_estimate(self) -> float:
-    """The Monte Carlo estimate of ELBO_aux: the mean over the M sample paths."""
-    return float(np.mean(self.elbo_aux))
-
-  @property
-  def initial_elbo_estimate(self) -> float:
-    return float(np.mean(self.initial_elbo))
 
 
 def _copy_broadcast(source: tf.Variable, target: tf.Variable, what: str) -> None:
