@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.model_parameters import layers_of
@@ -125,17 +126,6 @@ def _gated_shift_and_log_scale(weights, kept, transformed):
   return shift_and_log_scale
 
 
-def _normal_log_prob(value, loc, variance):
-  return -0.5 * (math.log(2 * math.pi) + tf.math.log(variance) + tf.square(value - loc) / variance)
-
-
-def _normal_kl_to_prior(loc, scale, prior_variance):
-  """KL(N(loc, scale^2) || N(0, prior_variance)), summed."""
-  variance = tf.square(scale)
-  return tf.reduce_sum(0.5 * (tf.math.log(prior_variance / variance) + (variance + tf.square(loc)) / prior_variance
-                              - 1.0))
-
-
 class _MNFLayer(tf_keras.layers.Layer):
   """Shared parameters of an MNF layer: weights given z, q(z) and its flow, r(z | W) and its flow."""
 
@@ -206,7 +196,7 @@ class _MNFLayer(tf_keras.layers.Layer):
     """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws."""
     noise = self.normal(tf.concat([tf.cast(sample_shape, tf.int32), [self.z_dimension]], 0))
     z_0 = self.z_loc + self.z_scale * noise
-    log_q_0 = tf.reduce_sum(_normal_log_prob(z_0, self.z_loc, tf.square(self.z_scale)), axis=-1)
+    log_q_0 = tf.reduce_sum(normal_log_prob(z_0, self.z_loc, tf.square(self.z_scale)), axis=-1)
     z_t, log_det = self.flow_q.forward(z_0)
     return z_t, log_q_0 - log_det
 
@@ -231,13 +221,15 @@ class _MNFLayer(tf_keras.layers.Layer):
     mean = self.reverse_mean_weights * summary
     log_precision = self.reverse_log_precision_weights * summary
     z_reverse, log_det = self.flow_r.forward(z_t)
-    return tf.reduce_sum(_normal_log_prob(z_reverse, mean, tf.exp(-log_precision))) + log_det
+    return tf.reduce_sum(normal_log_prob(z_reverse, mean, tf.exp(-log_precision))) + log_det
 
   def kl_divergence(self) -> tf.Tensor:
     """One-sample estimate of the bound's KL term (MNF Eq. 12; an upper bound on KL(q(W) || p(W)))."""
     z_t, log_q = self.sample_z(tf.zeros([0], tf.int32))
-    kl_weights = (_normal_kl_to_prior(self._scaled_kernel_loc(z_t), self.kernel_scale, self.prior_variance)
-                  + _normal_kl_to_prior(self.bias_loc, self.bias_scale, self.prior_variance))
+    kernel_kl = normal_kl(self._scaled_kernel_loc(z_t), tf.square(self.kernel_scale), 0.0,
+                          self.prior_variance)
+    bias_kl = normal_kl(self.bias_loc, tf.square(self.bias_scale), 0.0, self.prior_variance)
+    kl_weights = tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
     return kl_weights + log_q - self.log_reverse(z_t)
 
 
