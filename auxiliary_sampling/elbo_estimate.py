@@ -28,7 +28,10 @@ def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikeli
 
 
 @tf.function(reduce_retracing=True)
-def _summed_log_likelihood(model, inputs, labels, log_likelihood_fn, batch_size, num_samples):
+def _summed_log_likelihood(model: tf.Module, inputs: tf.Tensor, labels: tf.Tensor,
+                           log_likelihood_fn: LogLikelihoodFn, batch_size: int,
+                           num_samples: int) -> tf.Tensor:
+  """sum_n log p(y_n | x_n, w) over the data, once per posterior draw, summed over draws."""
   num_examples = tf.shape(inputs)[0]
   num_batches = (num_examples + batch_size - 1) // batch_size
   total = tf.zeros_like(model_kl(model), dtype=tf.float64)

@@ -58,7 +58,7 @@ class ElboMaximizer(tf.Module):
     self.optimizer = Adam(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-  def _batch(self):
+  def _batch(self) -> tuple[tf.Tensor, tf.Tensor]:
     count = self.batch_counter.assign_add(1)
     shape = ([self.batch_size] if self.member_batches is None
              else [self.member_batches, self.batch_size])
@@ -78,7 +78,8 @@ class ElboMaximizer(tf.Module):
     return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
   @tf.function
-  def run(self, num_steps, learning_rate, elbo_offset):
+  def run(self, num_steps: tf.Tensor, learning_rate: tf.Tensor,
+          elbo_offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs."""
     learning_rate = tf.cast(learning_rate, tf.float32)
     elbo_trace = tf.TensorArray(tf.float32, size=num_steps)

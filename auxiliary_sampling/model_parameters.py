@@ -43,7 +43,8 @@ def model_kl(model: tf.Module) -> tf.Tensor:
   """KL(q(w) || p(w | a_1..k)) of the whole model (the KL of paper Eq. 4), one per member."""
   parameters = mean_field_parameters(model)
   if not parameters:
-    raise ValueError(f"model {getattr(model, 'name', model)!r} has no Gaussian mean-field parameters")
+    name = getattr(model, "name", model)
+    raise ValueError(f"model {name!r} has no Gaussian mean-field parameters")
   return tf.add_n([p.kl_divergence() for p in parameters])
 
 

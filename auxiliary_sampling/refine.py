@@ -143,7 +143,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   check_weight_noise(weight_noise)
   steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
   member_offset = check_integer("member_offset", member_offset, minimum=0)
-  total_members = num_samples if total_members is None else check_integer("total_members", total_members)
+  if total_members is None:
+    total_members = num_samples
+  total_members = check_integer("total_members", total_members)
   if member_offset + num_samples > total_members:
     raise ValueError(f"members [{member_offset}, {member_offset + num_samples}) do not fit in "
                      f"total_members={total_members}")

@@ -44,7 +44,8 @@ class MemberDense(tf_keras.layers.Layer):
                seed: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
-    self.units, self.num_members = check_integer("units", units), check_integer("num_members", num_members)
+    self.units = check_integer("units", units)
+    self.num_members = check_integer("num_members", num_members)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 

@@ -150,8 +150,8 @@ def test_every_auxiliary_variable_starts_a_fresh_adam():
   x, y = _toy_regression()
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
-  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=1,
-                  batch_size=32, seed=5)
+  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=1, batch_size=32, seed=5)
   learning_rate = 1e-2
   held = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
                 learning_rates=[learning_rate, learning_rate, 0.0], **settings)
