@@ -17,11 +17,11 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo
-from auxiliary_sampling.training_data import LogLikelihoodFn
-from auxiliary_sampling.weight_noise import check_weight_noise
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
+from auxiliary_sampling.training_data import LogLikelihoodFn
+from auxiliary_sampling.weight_noise import check_weight_noise
 from baselines.vi import MeanFieldTrainer
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")

@@ -8,8 +8,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
-from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.layers import DenseReparameterization
 from baselines import deep_ensemble, mnf
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer

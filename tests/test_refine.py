@@ -5,8 +5,8 @@ import tensorflow as tf
 import tf_keras
 from scipy.stats import multivariate_normal
 
-from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
