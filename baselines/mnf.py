@@ -223,14 +223,17 @@ class _MNFLayer(tf_keras.layers.Layer):
     z_reverse, log_det = self.flow_r.forward(z_t)
     return tf.reduce_sum(normal_log_prob(z_reverse, mean, tf.exp(-log_precision))) + log_det
 
+  def weight_kl(self, z: tf.Tensor) -> tf.Tensor:
+    """KL(q(W | z) || p(W)) summed over the kernel and the bias (the first term of MNF Eq. 12)."""
+    kernel_kl = normal_kl(self._scaled_kernel_loc(z), tf.square(self.kernel_scale), 0.0,
+                          self.prior_variance)
+    bias_kl = normal_kl(self.bias_loc, tf.square(self.bias_scale), 0.0, self.prior_variance)
+    return tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
+
   def kl_divergence(self) -> tf.Tensor:
     """One-sample estimate of the bound's KL term (MNF Eq. 12; an upper bound on KL(q(W) || p(W)))."""
     z_t, log_q = self.sample_z(tf.zeros([0], tf.int32))
-    kernel_kl = normal_kl(self._scaled_kernel_loc(z_t), tf.square(self.kernel_scale), 0.0,
-                          self.prior_variance)
-    bias_kl = normal_kl(self.bias_loc, tf.square(self.bias_scale), 0.0, self.prior_variance)
-    kl_weights = tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
-    return kl_weights + log_q - self.log_reverse(z_t)
+    return self.weight_kl(z_t) + log_q - self.log_reverse(z_t)
 
 
 class DenseMNF(_MNFLayer):
