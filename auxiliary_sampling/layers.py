@@ -6,7 +6,8 @@ member axis: with `num_members=M` its parameters have a leading axis of size
 M, inputs may be [batch, ...] (shared by all members) or [M, batch, ...], and
 outputs are [M, batch, ...]. The layers expose their parameters and their KL
 to the current (conditional) prior; refinement never needs to know the layer
-type.
+type. Dense and convolution layers can also draw one weight sample per member
+and batch instead (`auxiliary_sampling.weight_noise`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import tf_keras
 
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
+from auxiliary_sampling.validation import check_integer
+from auxiliary_sampling.weight_noise import resolve_weight_noise
 
 
 def padding_argument(padding: str) -> str:
@@ -28,10 +31,8 @@ def padding_argument(padding: str) -> str:
 
 def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, int], str]:
   """Checked (filters, (kh, kw), 'SAME' | 'VALID') of a 2-D convolution layer."""
-  if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
-    raise ValueError(f"filters={filters!r} must be an integer >= 1")
-  return filters, (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size), \
-      padding_argument(padding)
+  kernel_shape = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+  return check_integer("filters", filters), kernel_shape, padding_argument(padding)
 
 
 def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
@@ -99,13 +100,9 @@ class MeanFieldLayer(tf_keras.layers.Layer):
                untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, **kwargs):
     super().__init__(**kwargs)
     self.untransformed_scale_init = untransformed_scale_init
-    if num_members is not None and (isinstance(num_members, bool) or not isinstance(num_members, int)
-                                    or num_members < 1):
-      raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
-    self.num_members = num_members
+    self.num_members = None if num_members is None else check_integer("num_members", num_members)
     self.prior_scale = prior_scale
     self.trainable_prior_scale = trainable_prior_scale
-    self.weight_noise = "per_example"   # see the module docstring; set through `weight_noise_mode`
     self._parameters: list[GaussianMeanField] = []
 
   def _add_mean_field(self, name: str, shape: Sequence[int], loc_initializer) -> GaussianMeanField:
@@ -158,9 +155,7 @@ class DenseReparameterization(MeanFieldLayer):
                kernel_initializer="he_normal", use_bias: bool = True, **kwargs):
     super().__init__(num_members=num_members, **kwargs)
     self.use_bias = use_bias
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-      raise ValueError(f"units={units!r} must be an integer >= 1")
-    self.units = units
+    self.units = check_integer("units", units)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
@@ -179,10 +174,11 @@ class DenseReparameterization(MeanFieldLayer):
     """
     return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
 
-  def call(self, inputs):
+  def call(self, inputs, weight_noise: Optional[str] = None):
+    """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 1)
-    if self.weight_noise == "per_batch":
+    if resolve_weight_noise(weight_noise) == "per_batch":
       return self.activation(self._call_with_weights(inputs))
     if self.num_members is None:
       mean = tf.matmul(inputs, self.kernel.posterior_loc)
@@ -239,11 +235,12 @@ class Conv2DFlipout(MeanFieldLayer):
       return tf.nn.conv2d(inputs, kernel, self.strides, self.padding)
     return member_conv2d(inputs, kernel, self.strides, self.padding)
 
-  def call(self, inputs):
+  def call(self, inputs, weight_noise: Optional[str] = None):
+    """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     self._check_input_rank(inputs, 3)
     inputs = self._with_member_axis(inputs, 3)
-    if self.weight_noise == "per_batch":
+    if resolve_weight_noise(weight_noise) == "per_batch":
       outputs = self._convolve(inputs, self._weight_sample(self.kernel))
       bias = self._weight_sample(self.bias)
       return self.activation(outputs + (bias if self.num_members is None else bias[:, None, None, None]))

@@ -19,6 +19,7 @@ import tf_keras
 
 from auxiliary_sampling import conditionals
 from auxiliary_sampling.noise import AddWeight, _default_add_weight
+from auxiliary_sampling.validation import check_integer
 
 # The authors' code initialises the untransformed posterior scale at -7.
 INITIAL_UNTRANSFORMED_POSTERIOR_SCALE = -7.0
@@ -42,8 +43,8 @@ class GaussianMeanField(tf.Module):
                untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE,
                add_weight: Optional[AddWeight] = None, dtype=tf.float32, name: str = "weight"):
     super().__init__(name=name)
-    if num_members is not None and (not isinstance(num_members, int) or num_members < 1):
-      raise ValueError(f"num_members={num_members!r} must be None or an integer >= 1")
+    if num_members is not None:
+      num_members = check_integer("num_members", num_members)
     if not prior_scale > 0:
       raise ValueError(f"prior_scale={prior_scale!r} must be > 0")
     add_weight = add_weight or _default_add_weight

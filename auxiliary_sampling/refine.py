@@ -14,53 +14,28 @@ ELBO_aux (paper Eq. 13 with the residual of w kept in q_K):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Callable, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import MeanFieldLayer
+from auxiliary_sampling.model_parameters import layers_of, mean_field_parameters, num_members_of
 from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.objective import (ElboMaximizer, LogLikelihoodFn, check_data, check_weight_noise,
-                                          estimate_elbo, layers_of, mean_field_parameters, num_members_of)
 from auxiliary_sampling.parameters import GaussianMeanField
+from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.validation import check_integer
+from auxiliary_sampling.weight_noise import check_weight_noise
 
 ModelFn = Callable[[Optional[int]], tf.Module]
 
 # Stream identifiers mixed into the run seed.
 _LAYER_STREAM, _AUXILIARY_STREAM, _DATA_STREAM = 1, 2, 3
-
-
-@dataclasses.dataclass
-class RefinementResult:
-  """Refined samples and the bookkeeping of Algorithm 1."""
-
-  model: tf.Module               # the M refined members; model(x) -> [M, batch, ...]
-  elbo_aux: np.ndarray           # [M] ELBO_aux of each member's sample path
-  initial_elbo: np.ndarray       # [M] estimates of the starting model's ELBO
-  log_ratios: np.ndarray         # [K, M] log q_{k-1}(a_k) - log p(a_k)
-  trace: np.ndarray              # [K * T, M] minibatch ELBO_aux estimate after every Adam step
-  learning_rates: list[float]    # per auxiliary variable
-  timings: dict[str, float]
-  stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] whole-dataset ELBO_aux after each stage (if asked)
-
-  @property
-  def elbo_aux_estimate(self) -> float:
-    """The Monte Carlo estimate of ELBO_aux: the mean over the M sample paths."""
-    return float(np.mean(self.elbo_aux))
-
-  @property
-  def initial_elbo_estimate(self) -> float:
-    return float(np.mean(self.initial_elbo))
-
-
-def _positive_int(name: str, value, minimum: int = 1) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-    raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-  return int(value)
 
 
 def _copy_broadcast(source: tf.Variable, target: tf.Variable, what: str) -> None:
@@ -164,11 +139,13 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       estimates, timed apart from `refine_seconds`; the refined samples are
       the same as without it.
   """
-  num_samples = _positive_int("num_samples", num_samples)
+  num_samples = check_integer("num_samples", num_samples)
   check_weight_noise(weight_noise)
-  steps_per_auxiliary = _positive_int("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
-  member_offset = _positive_int("member_offset", member_offset, minimum=0)
-  total_members = num_samples if total_members is None else _positive_int("total_members", total_members)
+  steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
+  member_offset = check_integer("member_offset", member_offset, minimum=0)
+  if total_members is None:
+    total_members = num_samples
+  total_members = check_integer("total_members", total_members)
   if member_offset + num_samples > total_members:
     raise ValueError(f"members [{member_offset}, {member_offset + num_samples}) do not fit in "
                      f"total_members={total_members}")

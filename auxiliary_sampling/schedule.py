@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from auxiliary_sampling.validation import check_integer
+
 LEARNING_RATE_RULES = ("paper", "authors_code")
 
 # Each rule's base learning rate, and how many stages back it takes the conditional prior whose
@@ -72,8 +74,7 @@ class AuxiliarySchedule:
   @classmethod
   def geometric(cls, ratio: float, num_auxiliary: int) -> "AuxiliarySchedule":
     """sigma_ak^2 = ratio * (sigma_w^2 - sum_{l<k} sigma_al^2) (paper Section 4.1)."""
-    if isinstance(num_auxiliary, bool) or not isinstance(num_auxiliary, int) or num_auxiliary < 1:
-      raise ValueError(f"number of auxiliary variables K={num_auxiliary!r} must be an integer >= 1")
+    num_auxiliary = check_integer("number of auxiliary variables K", num_auxiliary)
     if not (isinstance(ratio, (int, float)) and 0.0 < ratio < 1.0):
       raise ValueError(f"auxiliary variance ratio {ratio!r} must lie in the open interval (0, 1)")
     fractions = tuple(ratio * (1.0 - ratio) ** (k - 1) for k in range(1, num_auxiliary + 1))

@@ -1,6 +1,6 @@
 """A Gaussian tilted by a known positive function, element-wise on a grid: q(r) ∝ N(r; loc, scale²) h(r).
 
-Factorized refinement (`factorized.py`) needs it for auxiliaries whose prior is
+Non-Gaussian refinement (`stable_auxiliaries.py`) needs it for auxiliaries whose prior is
 not Normal. Conditioning a Gaussian q(r) on a Cauchy auxiliary gives the exact
 conditional N(r'; loc - a, scale²) p_rest(r') / p_prior(r' + a), which no
 Gaussian holds; with h(r) = p_rest(r) / p_prior(r + A), A the sum of the fixed

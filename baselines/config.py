@@ -9,11 +9,11 @@ import dataclasses
 from typing import Optional
 
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
+from auxiliary_sampling.weight_noise import WEIGHT_NOISE
 from common.config import NOTHING, RESULTS, Config, UsageError, setting
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
 METHODS = VI_FAMILY + ("mnf", "deep_ensemble")
-WEIGHT_NOISE_MODES = ("per_example", "per_batch")
 
 # Checkpoints a setting can shape (common.config `shapes`): the VI model, the further
 # training of vi_equal_compute, MNF and the ensemble.
@@ -43,7 +43,7 @@ class MethodConfig(Config):
       "authors_code (the public code's 1e-5 rule).", choices=LEARNING_RATE_RULES, shapes=RESULTS)
   refine_weight_noise: str = setting(
       "per_example", "Refinement's weight noise: per_example (local reparameterisation, Flipout) or "
-      "per_batch (one weight draw per member and step: faster, noisier).", choices=WEIGHT_NOISE_MODES,
+      "per_batch (one weight draw per member and step: faster, noisier).", choices=WEIGHT_NOISE,
       shapes=RESULTS)
   equal_compute_steps: int = setting(
       -1, "vi_equal_compute: extra VI steps; -1 means M * K * T, the Adam steps refinement spends.",

@@ -16,18 +16,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.validation import check_integer
 from baselines.training import CheckpointedTraining, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
-
-
-def _positive_int(name: str, value) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ValueError(f"{name}={value!r} must be an integer >= 1")
-  return value
 
 
 def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
@@ -48,7 +44,8 @@ class MemberDense(tf_keras.layers.Layer):
                seed: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
-    self.units, self.num_members = _positive_int("units", units), _positive_int("num_members", num_members)
+    self.units = check_integer("units", units)
+    self.num_members = check_integer("num_members", num_members)
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
@@ -77,7 +74,7 @@ class MemberConv2D(tf_keras.layers.Layer):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
     self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
-    self.num_members, self.strides = _positive_int("num_members", num_members), strides
+    self.num_members, self.strides = check_integer("num_members", num_members), strides
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
@@ -137,9 +134,9 @@ class AdversarialMaximizer(ElboMaximizer):
       return super().expected_log_likelihood_on_batch(inputs, labels)
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(inputs)
-      clean = self.log_likelihood_fn(labels, self.model(inputs, training=True))
+      clean = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     adversarial_inputs = tf.stop_gradient(inputs - self.epsilon * tf.sign(tape.gradient(clean, inputs)))
-    adversarial = self.log_likelihood_fn(labels, self.model(adversarial_inputs, training=True))
+    adversarial = self.log_likelihood_fn(labels, self.model_outputs(adversarial_inputs))
     return self.num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
 
 

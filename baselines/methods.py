@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from auxiliary_sampling.objective import LogLikelihoodFn
+from auxiliary_sampling.training_data import LogLikelihoodFn
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult
 from baselines import deep_ensemble, mnf

@@ -31,9 +31,13 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data, layers_of
+from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.parameters import inverse_softplus
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.validation import check_integer
 from baselines.training import CheckpointedTraining, TrainingResult
 
 tfb = tfp.bijectors
@@ -122,17 +126,6 @@ def _gated_shift_and_log_scale(weights, kept, transformed):
   return shift_and_log_scale
 
 
-def _normal_log_prob(value, loc, variance):
-  return -0.5 * (math.log(2 * math.pi) + tf.math.log(variance) + tf.square(value - loc) / variance)
-
-
-def _normal_kl_to_prior(loc, scale, prior_variance):
-  """KL(N(loc, scale^2) || N(0, prior_variance)), summed."""
-  variance = tf.square(scale)
-  return tf.reduce_sum(0.5 * (tf.math.log(prior_variance / variance) + (variance + tf.square(loc)) / prior_variance
-                              - 1.0))
-
-
 class _MNFLayer(tf_keras.layers.Layer):
   """Shared parameters of an MNF layer: weights given z, q(z) and its flow, r(z | W) and its flow."""
 
@@ -203,7 +196,7 @@ class _MNFLayer(tf_keras.layers.Layer):
     """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws."""
     noise = self.normal(tf.concat([tf.cast(sample_shape, tf.int32), [self.z_dimension]], 0))
     z_0 = self.z_loc + self.z_scale * noise
-    log_q_0 = tf.reduce_sum(_normal_log_prob(z_0, self.z_loc, tf.square(self.z_scale)), axis=-1)
+    log_q_0 = tf.reduce_sum(normal_log_prob(z_0, self.z_loc, tf.square(self.z_scale)), axis=-1)
     z_t, log_det = self.flow_q.forward(z_0)
     return z_t, log_q_0 - log_det
 
@@ -228,14 +221,19 @@ class _MNFLayer(tf_keras.layers.Layer):
     mean = self.reverse_mean_weights * summary
     log_precision = self.reverse_log_precision_weights * summary
     z_reverse, log_det = self.flow_r.forward(z_t)
-    return tf.reduce_sum(_normal_log_prob(z_reverse, mean, tf.exp(-log_precision))) + log_det
+    return tf.reduce_sum(normal_log_prob(z_reverse, mean, tf.exp(-log_precision))) + log_det
+
+  def weight_kl(self, z: tf.Tensor) -> tf.Tensor:
+    """KL(q(W | z) || p(W)) summed over the kernel and the bias (the first term of MNF Eq. 12)."""
+    kernel_kl = normal_kl(self._scaled_kernel_loc(z), tf.square(self.kernel_scale), 0.0,
+                          self.prior_variance)
+    bias_kl = normal_kl(self.bias_loc, tf.square(self.bias_scale), 0.0, self.prior_variance)
+    return tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
 
   def kl_divergence(self) -> tf.Tensor:
     """One-sample estimate of the bound's KL term (MNF Eq. 12; an upper bound on KL(q(W) || p(W)))."""
     z_t, log_q = self.sample_z(tf.zeros([0], tf.int32))
-    kl_weights = (_normal_kl_to_prior(self._scaled_kernel_loc(z_t), self.kernel_scale, self.prior_variance)
-                  + _normal_kl_to_prior(self.bias_loc, self.bias_scale, self.prior_variance))
-    return kl_weights + log_q - self.log_reverse(z_t)
+    return self.weight_kl(z_t) + log_q - self.log_reverse(z_t)
 
 
 class DenseMNF(_MNFLayer):
@@ -245,9 +243,7 @@ class DenseMNF(_MNFLayer):
 
   def __init__(self, units: int, activation=None, **kwargs):
     super().__init__(**kwargs)
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-      raise ValueError(f"units={units!r} must be an integer >= 1")
-    self.units = units
+    self.units = check_integer("units", units)
     self.activation = tf_keras.activations.get(activation)
 
   def build(self, input_shape):

@@ -20,7 +20,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import ElboMaximizer
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.validation import check_integer
 from baselines.progress import ProgressLog
 
 _TRACE_FILENAME = "trace.npz"
@@ -94,8 +95,7 @@ class CheckpointedTraining:
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
             summary_dir: Optional[str] = None) -> TrainingResult:
     """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if it is further along."""
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-      raise ValueError(f"num_steps={num_steps!r} must be an integer >= 1")
+    num_steps = check_integer("num_steps", num_steps)
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
     resumed_from_step = int(self.step.numpy())

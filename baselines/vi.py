@@ -13,7 +13,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from auxiliary_sampling.objective import ElboMaximizer, LogLikelihoodFn, check_data
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from baselines.training import CheckpointedTraining, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]

@@ -16,10 +16,11 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.objective import LogLikelihoodFn, estimate_elbo
+from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_data import LogLikelihoodFn
 from baselines.config import EXTRA_VI, VI, VI_FAMILY, MethodConfig
 from baselines.vi import MeanFieldTrainer
 

@@ -57,7 +57,8 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from auxiliary_sampling.objective import ElboMaximizer, mean_field_parameters
+  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.model_parameters import mean_field_parameters
   from auxiliary_sampling.predictive import categorical_log_likelihood
   from baselines.mnf import mnf_kl
   from common import images

@@ -22,9 +22,9 @@ import tf_keras
 from absl import flags
 
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.objective import WEIGHT_NOISE
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.weight_noise import WEIGHT_NOISE
 from baselines.vi import train_mean_field
 from common import cli
 from common.results import write_results

@@ -8,8 +8,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.objective import ElboMaximizer
 from baselines import deep_ensemble, mnf
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
@@ -122,11 +122,14 @@ def test_log_q_of_z_is_the_flow_pushforward_density():
 def test_bound_pieces_against_direct_computation():
   """KL(q(W|z)||p(W)) against tfp, log r(z|W) against its formula with the same draws."""
   layer = _built_dense(use_flows=False)
+  layer.bias_loc.assign(tf.fill(layer.bias_loc.shape, 0.3))
   z = tf.constant([0.9, 1.1, 1.0, 0.8, 1.2])
-  kl_direct = tf.reduce_sum(tfd.kl_divergence(tfd.Normal(z[:, None] * layer.kernel_loc, layer.kernel_scale),
-                                              tfd.Normal(0.0, 1.0)))
-  np.testing.assert_allclose(mnf._normal_kl_to_prior(z[:, None] * layer.kernel_loc, layer.kernel_scale, 1.0),
-                             kl_direct, rtol=1e-5)
+  prior = tfd.Normal(0.0, 1.0)
+  kernel = tfd.Normal(z[:, None] * layer.kernel_loc, layer.kernel_scale)
+  bias = tfd.Normal(layer.bias_loc, layer.bias_scale)
+  kl_direct = (tf.reduce_sum(tfd.kl_divergence(kernel, prior))
+               + tf.reduce_sum(tfd.kl_divergence(bias, prior)))
+  np.testing.assert_allclose(layer.weight_kl(z), kl_direct, rtol=1e-5)
   counter = layer.noise_counter.numpy()
   log_r = layer.log_reverse(z)
   noise = tf.random.stateless_normal([4], tf.stack([layer.noise_seed, tf.constant(counter + 1, tf.int64)]))

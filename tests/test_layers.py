@@ -5,8 +5,11 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
-from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, GaussianSample
-from auxiliary_sampling.objective import ElboMaximizer, mean_field_parameters, model_kl, weight_noise_mode
+from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, FlattenImage,
+                                       GaussianSample, LayerChain)
+from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
+from auxiliary_sampling.weight_noise import weight_noise_scope
+from baselines.vi import train_mean_field
 
 tfd = tfp.distributions
 
@@ -71,17 +74,35 @@ def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_sh
   x = tf.concat([x, x[:1]], 0)   # the last example repeats the first
   layer(x)
   _randomise(layer, 5)
-  with weight_noise_mode(layer, "per_batch"):
-    draws = np.stack([layer(x).numpy() for _ in range(3000)])
+  draws = np.stack([layer(x, weight_noise="per_batch").numpy() for _ in range(3000)])
   assert np.array_equal(draws[:, 0], draws[:, -1])
   assert not np.allclose(draws[0], draws[1])
   mean, variance = (t.numpy() for t in _closed_form_moments(layer, x))
   assert np.abs(draws.mean(0) - mean).max() < 5 * np.sqrt(variance.max() / 3000)
   assert np.median(np.abs(draws.var(0) / variance - 1)) < 0.05
-  # Outside the context the layer is back to independent noise per example.
-  assert layer.weight_noise == "per_example"
+  # Without the argument, and outside any scope, the layer draws independent noise per example.
   outputs = layer(x).numpy()
   assert not np.allclose(outputs[0], outputs[-1])
+
+
+def test_layers_in_a_container_take_the_mode_of_the_enclosing_scope():
+  """Keras containers do not pass `weight_noise` down: their layers read the scope, then revert.
+
+  Mutation: a scope that does not reset on exit leaves later calls per_batch.
+  """
+  model = tf_keras.Sequential([DenseReparameterization(3), DenseReparameterization(2)])
+  x = tf.ones([4, 5])   # identical examples: equal outputs if and only if the weights are shared
+  model(x)
+  with weight_noise_scope("per_batch"):
+    shared = model(x).numpy()
+    explicit = model.layers[0](x, weight_noise="per_example").numpy()
+  assert np.allclose(shared, shared[:1])
+  assert not np.allclose(explicit, explicit[:1])   # an explicit argument overrides the scope
+  independent = model(x).numpy()
+  assert not np.allclose(independent, independent[:1])
+  with pytest.raises(ValueError, match="unknown weight_noise 'shared'"):
+    with weight_noise_scope("shared"):
+      pass
 
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
@@ -98,16 +119,15 @@ def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
   exact = np.concatenate([g.numpy().ravel() for g in tape.gradient(expected, variables)])
   num_draws = 2000
   for mode in ("per_example", "per_batch"):
-    with weight_noise_mode(layer, mode):
-      @tf.function
-      def draw_gradients():
-        def one_draw(_):
-          with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.square(layer(x)))
-          return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, variables)], 0)
-        return tf.map_fn(one_draw, tf.range(num_draws), fn_output_signature=tf.float32,
-                         parallel_iterations=1)
-      gradients = draw_gradients().numpy()
+    @tf.function
+    def draw_gradients():
+      def one_draw(_):
+        with tf.GradientTape() as tape:
+          loss = tf.reduce_sum(tf.square(layer(x, weight_noise=mode)))
+        return tf.concat([tf.reshape(g, [-1]) for g in tape.gradient(loss, variables)], 0)
+      return tf.map_fn(one_draw, tf.range(num_draws), fn_output_signature=tf.float32,
+                       parallel_iterations=1)
+    gradients = draw_gradients().numpy()
     standard_error = gradients.std(0) / np.sqrt(num_draws)
     z_scores = (gradients.mean(0) - exact) / np.maximum(standard_error, 1e-6)
     assert np.abs(z_scores).max() < 5, mode
@@ -163,8 +183,7 @@ def test_per_batch_members_draw_their_own_weights():
       p.posterior_loc.assign(tf.broadcast_to(p.posterior_loc[:1], p.posterior_loc.shape))
       p.untransformed_posterior_scale.assign(
           tf.broadcast_to(p.untransformed_posterior_scale[:1], p.posterior_loc.shape))
-    with weight_noise_mode(layer, "per_batch"):
-      out = layer(x).numpy()
+    out = layer(x, weight_noise="per_batch").numpy()
     assert np.allclose(out[:, :1], out)                    # one draw per member
     assert not np.allclose(out[0], out[1]) and not np.allclose(out[1], out[2])
 
@@ -195,32 +214,40 @@ def test_bad_inputs_give_clear_errors():
     layer(tf.zeros([2, 4, 5]))
 
 
-def test_every_variational_parameter_trains_and_the_kl_falls():
-  """Guards against the TF2 trap of a scale frozen at build time."""
-  rng = np.random.default_rng(5)
-  x = rng.normal(size=[64, 3]).astype(np.float32)
-  y = rng.normal(size=[64]).astype(np.float32)
-  model = tf_keras.Sequential([DenseReparameterization(8, activation="relu"), DenseReparameterization(1)])
-  model(x)
-  for p in mean_field_parameters(model):  # start far from the prior so the KL must fall
-    p.posterior_loc.assign(p.posterior_loc * 5.0)
+def test_training_moves_every_variational_variable_and_lowers_the_kl():
+  """VI as the binaries run it (`train_mean_field`: ElboMaximizer's compiled loop) moves every
+  loc, posterior scale and prior scale of dense and convolution layers, and lowers the KL.
 
-  def log_lik(labels, outputs):
+  A gradient computed outside that loop could reach a variable the loop never trains. Mutation:
+  the maximizer trains `list(variables)[:-1]` (one variable never moves), or its loop takes the
+  KL from a tensor computed once at construction (the reported KL stays flat, the prior scales
+  get no gradient).
+  """
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=[64, 5, 5, 2]).astype(np.float32)
+  y = rng.normal(size=[64]).astype(np.float32)
+  model = LayerChain([Conv2DFlipout(3, 3, activation="relu"), FlattenImage(),
+                      DenseReparameterization(1)])
+  model(x)
+  parameters = mean_field_parameters(model)
+  assert len(parameters) == 4   # kernel and bias of both layers
+  for p in parameters:  # start far from the prior so the KL must fall
+    p.posterior_loc.assign(p.posterior_loc * 5.0 + 1.0)
+  variables = [v for p in parameters for v in (p.posterior_loc, p.untransformed_posterior_scale,
+                                                p.untransformed_prior_scale)]
+  before = [v.numpy() for v in variables]
+  kl_before = float(model_kl(model))
+
+  def log_likelihood(labels, outputs):
     return -0.5 * tf.square(labels - outputs[..., 0])
 
-  maximizer = ElboMaximizer(model, x, y, log_lik, model.trainable_variables, batch_size=64)
-  with tf.GradientTape() as tape:
-    loss = -tf.reduce_sum(maximizer.elbo_on_batch(x, y))
-  gradients = tape.gradient(loss, model.trainable_variables)
-  assert len(model.trainable_variables) == 3 * 4  # loc, scale, prior scale for 2 kernels + 2 biases
-  for variable, gradient in zip(model.trainable_variables, gradients):
-    assert gradient is not None and float(tf.reduce_max(tf.abs(gradient))) > 0, variable.name
-  scales_before = [p.posterior_scale.numpy() for p in mean_field_parameters(model)]
-  kl_before = float(model_kl(model))
-  maximizer.maximize(300, 1e-2)
-  assert float(model_kl(model)) < 0.5 * kl_before
-  for before, p in zip(scales_before, mean_field_parameters(model)):
-    assert not np.allclose(before, p.posterior_scale.numpy())
+  result = train_mean_field(model, x, y, log_likelihood, num_steps=300, learning_rate=1e-2,
+                            batch_size=64)
+  for value, variable in zip(before, variables):
+    assert not np.allclose(value, variable.numpy()), variable.name
+  assert float(model_kl(model)) < 0.9 * kl_before
+  assert result.kl_trace[0] == pytest.approx(kl_before, rel=0.05)
+  assert result.kl_trace[-1] == pytest.approx(float(model_kl(model)), rel=0.05)
 
 
 def test_gaussian_sample_draws_one_weight_per_row():

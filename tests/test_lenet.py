@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from auxiliary_sampling.layers import FlattenImage, MaxPool2D
-from auxiliary_sampling.objective import mean_field_parameters, model_kl
+from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.predictive import categorical_log_likelihood
 from baselines.deep_ensemble import MemberConv2D
 from baselines.mnf import mnf_kl, train_mnf

@@ -5,8 +5,8 @@ import tensorflow as tf
 import tf_keras
 from scipy.stats import multivariate_normal
 
+from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.objective import estimate_elbo
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
@@ -138,6 +138,34 @@ def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise):
                          together.model.layers[0].kernel.posterior_loc[1])
 
 
+def test_every_auxiliary_variable_starts_a_fresh_adam():
+  """Algorithm 1 restarts Adam at every a_k: the first step of a stage moves every variable by
+  the learning rate (a fresh Adam's first step is lr * sign(gradient)).
+
+  Two runs with one step per stage share every random draw; they differ only in the last stage's
+  learning rate (0 or lr), so their difference is exactly that stage's first step. Mutation:
+  refine() calling maximize(..., reset_optimizer=False), so the last stage's step carries the
+  earlier stages' moments (measured: about half the steps then miss lr by more than 2 %).
+  """
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
+  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=1, batch_size=32, seed=5)
+  learning_rate = 1e-2
+  held = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
+                learning_rates=[learning_rate, learning_rate, 0.0], **settings)
+  moved = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
+                 learning_rates=[learning_rate] * 3, **settings)
+  np.testing.assert_array_equal(held.log_ratios, moved.log_ratios)   # the same draws up to the step
+  steps = np.concatenate([(after.numpy() - before.numpy()).ravel() for before, after in
+                          zip(held.model.trainable_variables, moved.model.trainable_variables)])
+  moving = np.abs(steps) > 1e-3 * learning_rate   # a variable with no gradient does not move
+  assert moving.mean() > 0.8
+  step_sizes = np.abs(steps[moving]) / learning_rate
+  assert np.mean(np.abs(step_sizes - 1) < 0.02) > 0.97, np.percentile(step_sizes, [1, 5, 50])
+
+
 def test_trace_rises_like_a_staircase_on_average():
   x, y = _toy_regression(256)
   trained = _mlp()
@@ -150,11 +178,12 @@ def test_trace_rises_like_a_staircase_on_average():
   assert result.elbo_aux_estimate > result.initial_elbo_estimate
   assert result.timings["refine_seconds"] > 0
   # One weight draw per member and step: a different gradient estimator of the same objective, which
-  # also raises ELBO_aux; its ELBO estimates still draw noise per example (the layers are reset).
+  # also raises ELBO_aux; the refined model, called afterwards, still draws noise per example.
   per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch", **settings)
   assert not np.allclose(per_batch.trace, result.trace)
   assert per_batch.elbo_aux_estimate > per_batch.initial_elbo_estimate
-  assert all(layer.weight_noise == "per_example" for layer in per_batch.model.layers)
+  outputs = per_batch.model(np.repeat(x[:1], 4, axis=0)).numpy()
+  assert not np.allclose(outputs[:, :1], outputs)
 
 
 def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples():

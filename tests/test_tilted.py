@@ -18,7 +18,7 @@ def _cauchy_log_prob(x, scale):
 
 
 def _log_tilt(r):
-  """The tilt of a Cauchy block of factorized refinement: p_rest(r) / p_prior(r + A)."""
+  """The tilt of a Cauchy block of non-Gaussian refinement: p_rest(r) / p_prior(r + A)."""
   return _cauchy_log_prob(r, REST) - _cauchy_log_prob(r + FIXED_SUM[:, None], PRIOR)
 
 

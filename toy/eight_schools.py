@@ -8,7 +8,7 @@ decomposition, also an Edward2 program: mu = sum_k a_mu_k, a_mu_k ~ N(0, 25/K);
 tau = |sum_k a_tau_k|, a_tau_k ~ Cauchy(0, 5/K); theta = mu + tau sum_k a_theta_k,
 a_theta_k ~ N(0, 1/K). Both log joints come from `ed.make_log_joint_fn`.
 
-For each K (flag), `auxiliary_sampling.factorized.refine_stable` draws M
+For each K (flag), `auxiliary_sampling.non_gaussian_refinement.refine_non_gaussian` draws M
 refined samples (K = 1: mean-field VI, i.e. ADVI in this parameterisation).
 The reference is NUTS (`tfp.mcmc`) on (mu, log tau, theta standardised),
 cached in the output directory. Writes figure_samples.png (theta_1 against
@@ -45,7 +45,8 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from absl import logging
 
-from auxiliary_sampling.factorized import StableBlock, refine_stable
+from auxiliary_sampling.non_gaussian_refinement import refine_non_gaussian
+from auxiliary_sampling.stable_auxiliaries import StableBlock
 from common import cli
 from common.config import Config, UsageError, setting
 from toy.divergence import knn_kl_divergence
@@ -277,8 +278,8 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
   reference = as_features(nuts["mu"], nuts["tau"], nuts["theta"])
   refined, elbo_aux, elbo_aux_std, kl, kl_full, initial_elbo, timings = {}, {}, {}, {}, {}, {}, {}
   for k in config.num_auxiliary:
-    result = refine_stable(
-        BLOCKS, auxiliary_log_joint_fn(k), num_auxiliary=k, num_members=config.num_samples,
+    result = refine_non_gaussian(
+        BLOCKS, auxiliary_log_joint_fn(k), num_auxiliary=k, num_samples=config.num_samples,
         initial_steps=config.initial_steps, steps_per_auxiliary=config.steps_per_auxiliary,
         learning_rate=config.learning_rate, num_mc_samples=config.num_mc_samples,
         elbo_num_samples=config.elbo_num_samples, seed=config.seed)
@@ -286,7 +287,7 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
     refined[k] = (mu, tau, theta)
     elbo_aux[str(k)] = result.elbo_aux_estimate
     elbo_aux_std[str(k)] = float(np.std(result.elbo_aux) / np.sqrt(len(result.elbo_aux)))
-    initial_elbo[str(k)] = result.initial_elbo
+    initial_elbo[str(k)] = result.initial_elbo_estimate
     kl[str(k)] = knn_kl_divergence(np.column_stack([theta[:, 0], np.log(tau)]), reference[:, [2, 1]],
                                    k=config.knn_k)
     kl_full[str(k)] = knn_kl_divergence(as_features(mu, tau, theta), reference, k=config.knn_k)

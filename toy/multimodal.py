@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.layers import GaussianSample
-from auxiliary_sampling.objective import estimate_elbo
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule

@@ -1,0 +1,39 @@
+"""What a refinement returns: the refined samples and the bookkeeping of Algorithm 1.
+
+Both engines, `refine.refine` (Gaussian mean-field networks) and
+`non_gaussian_refinement.refine_non_gaussian` (Normal / Cauchy auxiliaries of
+any log joint), return this type with the same meaning in every field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass
+class RefinementResult:
+  """M refined sample paths; every per-member array has the member axis last."""
+
+  # refine(): the M refined members, model(x) -> [M, batch, ...];
+  # refine_non_gaussian(): its NonGaussianRefinement (q(r) and the fixed auxiliaries).
+  model: tf.Module
+  elbo_aux: np.ndarray           # [M] ELBO_aux (paper Eq. 13) of each member's sample path
+  initial_elbo: np.ndarray       # [M] estimates of the starting mean-field model's ELBO
+  log_ratios: np.ndarray         # [conditioning steps, M] log q_{k-1}(a_k) - log p(a_k)
+  trace: np.ndarray              # [steps, M] ELBO_aux estimate after every Adam step
+  learning_rates: list[float]    # Adam's learning rate per fit (refine(): per auxiliary variable)
+  timings: dict[str, float]
+  stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] refine(): whole-data ELBO_aux per stage
+  samples: Optional[dict[str, np.ndarray]] = None   # refine_non_gaussian(): block -> [M, *event]
+
+  @property
+  def elbo_aux_estimate(self) -> float:
+    """The Monte Carlo estimate of ELBO_aux: the mean over the M sample paths."""
+    return float(np.mean(self.elbo_aux))
+
+  @property
+  def initial_elbo_estimate(self) -> float:
+    return float(np.mean(self.initial_elbo))
