@@ -93,45 +93,43 @@ def _help_text(field: dataclasses.Field) -> str:
   return f"{text} Allowed: {allowed}." if allowed and not field.metadata.get("choices") else text
 
 
-def define_flags(config_class: type) -> None:
+_DEFINERS = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+
+
+def define_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """One flag per field of `config_class` (enum flags for choices, list flags for tuples).
 
   The flags count as the main module's, so `--help` lists them with their help text.
   """
   module = sys.argv[0]
-  defaults = config_class()
   for field in dataclasses.fields(config_class):
     if not field.metadata.get("flag", True):
       continue
     kind, is_tuple = field_type(config_class, field)
-    default, help_text = getattr(defaults, field.name), _help_text(field)
+    # The declared default: an instance may resolve it (ImageConfig's pixel_scaling "by_method").
+    default, help_text = field.default, _help_text(field)
     choices = field.metadata.get("choices")
+    arguments = dict(module_name=module, flag_values=flag_values)
     if is_tuple:
-      flags.DEFINE_list(field.name, [str(value) for value in default], help_text, module_name=module)
+      flags.DEFINE_list(field.name, [str(value) for value in default], help_text, **arguments)
     elif choices and kind is str:
-      flags.DEFINE_enum(field.name, default, list(choices), help_text, module_name=module)
-    elif kind is bool:
-      flags.DEFINE_bool(field.name, default, help_text, module_name=module)
-    elif kind is int:
-      flags.DEFINE_integer(field.name, default, help_text, module_name=module)
-    elif kind is float:
-      flags.DEFINE_float(field.name, default, help_text, module_name=module)
+      flags.DEFINE_enum(field.name, default, list(choices), help_text, **arguments)
     else:
-      flags.DEFINE_string(field.name, default, help_text, module_name=module)
+      _DEFINERS.get(kind, flags.DEFINE_string)(field.name, default, help_text, **arguments)
   flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go "
-                      "(created if missing).", module_name=module)
+                      "(created if missing).", module_name=module, flag_values=flag_values)
   flags.DEFINE_bool("tf_log", False, "Show TensorFlow's own start-up and checkpoint logging on stderr.",
-                    module_name=module)
+                    module_name=module, flag_values=flag_values)
 
 
-def config_from_flags(config_class: type) -> Config:
+def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> Config:
   """The config the parsed flags describe (list flags converted element-wise); unchecked."""
   values = {}
   for field in dataclasses.fields(config_class):
     if not field.metadata.get("flag", True):
       continue
     kind, is_tuple = field_type(config_class, field)
-    value = flags.FLAGS[field.name].value
+    value = flag_values[field.name].value
     if is_tuple:
       try:
         value = tuple(kind(element) for element in value)

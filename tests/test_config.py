@@ -120,3 +120,20 @@ def test_progress_lines_say_where_a_run_is_and_when_it_ends():
   assert progress.line(11_000, -9020.4, now=100.0) == (
       "vi: step 11,000/30,000 (37%), 10.0 steps/s, ELBO -9,020, elapsed 1m40s, ETA 31m40s")
   assert "20.0 steps/s" in progress.line(13_000, now=200.0)   # the rate of the latest interval
+
+
+def test_flags_carry_declared_defaults_so_resolved_values_follow_the_method():
+  """ImageConfig resolves pixel_scaling "by_method" per method when it is built.
+
+  Mutation: taking flag defaults from a default instance (method refined_vi) fixes the flag at
+  "standardise", and a deep_ensemble run from the command line silently standardises its pixels
+  (a bug this test was written after)."""
+  from absl import flags
+  values = flags.FlagValues()
+  cli.define_flags(ImageConfig, values)
+  assert values["pixel_scaling"].default == "by_method"
+  values(["image.main", "--method=deep_ensemble"])
+  assert cli.config_from_flags(ImageConfig, values).pixel_scaling == "unit_interval"
+  values(["image.main", "--method=vi", "--num_auxiliary=3"])
+  config = cli.config_from_flags(ImageConfig, values)
+  assert config.pixel_scaling == "standardise" and config.num_auxiliary == 3
