@@ -59,7 +59,8 @@ def log_trapezoid(nodes: tf.Tensor, log_values: tf.Tensor) -> tf.Tensor:
 class TiltedGaussian:
   """q(r) ∝ N(r; loc, scale²) h(r) for n independent elements (loc, scale: [n], differentiable)."""
 
-  def __init__(self, loc, scale, log_tilt_fn: LogTiltFn, anchors: Sequence[Anchor] = (), grid_size: int = 256):
+  def __init__(self, loc, scale, log_tilt_fn: LogTiltFn, anchors: Sequence[Anchor] = (),
+               grid_size: int = 256):
     self.loc = tf.cast(loc, tf.float64)
     self.scale = tf.cast(scale, tf.float64)
     self.log_tilt_fn = log_tilt_fn
@@ -70,10 +71,12 @@ class TiltedGaussian:
     self.log_normalizer = log_trapezoid(self.nodes, self.log_unnormalized)
     density = tf.exp(self.log_unnormalized - self.log_normalizer[:, None])
     cells = 0.5 * (density[:, 1:] + density[:, :-1]) * (self.nodes[:, 1:] - self.nodes[:, :-1])
-    self.cdf = tf.concat([tf.zeros_like(cells[:, :1]), tf.cumsum(cells, axis=1)], axis=1)   # [n, G], ends at 1
+    self.cdf = tf.concat(
+        [tf.zeros_like(cells[:, :1]), tf.cumsum(cells, axis=1)], axis=1)  # [n, G], ends at 1
 
   def _log_unnormalized(self, r: tf.Tensor) -> tf.Tensor:
-    return normal_log_prob(r, self.loc[:, None], tf.square(self.scale)[:, None]) + self.log_tilt_fn(r)
+    return normal_log_prob(r, self.loc[:, None],
+                           tf.square(self.scale)[:, None]) + self.log_tilt_fn(r)
 
   def log_prob(self, r) -> tf.Tensor:
     """Normalised log q(r) at r [n, S]."""
@@ -89,7 +92,8 @@ class TiltedGaussian:
     low_cdf, high_cdf = (tf.gather(self.cdf, index + i, batch_dims=1) for i in (0, 1))
     cell_mass = tf.stop_gradient(high_cdf - low_cdf)
     width = high_node - low_node
-    fraction = tf.clip_by_value((uniforms - tf.stop_gradient(low_cdf)) / tf.maximum(cell_mass, 1e-300), 0.0, 1.0)
+    fraction = tf.clip_by_value(
+        (uniforms - tf.stop_gradient(low_cdf)) / tf.maximum(cell_mass, 1e-300), 0.0, 1.0)
     draws = tf.stop_gradient(low_node + fraction * width)
     # F(r; θ) at the (fixed) draw, differentiable in θ through the node CDF values; its slope in r is the cell
     # density, so draws - (F_θ - stop(F_θ)) / density has the implicit-reparameterisation gradient.
@@ -97,7 +101,10 @@ class TiltedGaussian:
     density = tf.maximum(cell_mass / tf.maximum(width, 1e-300), 1e-300)
     return draws - (cdf_at_draws - tf.stop_gradient(cdf_at_draws)) / density
 
-  def log_expectation(self, log_integrand_fn: LogTiltFn, anchors: Sequence[Anchor] = ()) -> tf.Tensor:
+  def log_expectation(self, log_integrand_fn: LogTiltFn,
+                      anchors: Sequence[Anchor] = ()) -> tf.Tensor:
     """log E_q[g(r)] per element by quadrature, for g = exp(log_integrand_fn); `anchors` resolve g's features."""
     nodes = _grid(self.loc, self.scale, self.anchors + tuple(anchors), self.grid_size)
-    return log_trapezoid(nodes, self._log_unnormalized(nodes) + log_integrand_fn(nodes)) - self.log_normalizer
+    return log_trapezoid(
+        nodes,
+        self._log_unnormalized(nodes) + log_integrand_fn(nodes)) - self.log_normalizer

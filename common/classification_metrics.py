@@ -51,8 +51,9 @@ def member_metrics(member_log_probabilities, labels) -> dict[str, float]:
   member_log_probabilities = np.asarray(member_log_probabilities, np.float64)
   labels = np.asarray(labels).astype(np.int64)
   if member_log_probabilities.ndim != 3 or member_log_probabilities.shape[1] != len(labels):
-    raise ValueError(f"member log-probabilities of shape {member_log_probabilities.shape} do not match "
-                     f"{len(labels)} labels")
+    raise ValueError(
+        f"member log-probabilities of shape {member_log_probabilities.shape} do not match "
+        f"{len(labels)} labels")
   label_log_probabilities = member_log_probabilities[:, np.arange(len(labels)), labels]
   return {"member_test_mll": float(np.mean(label_log_probabilities)),
           "member_test_accuracy": float(np.mean(member_log_probabilities.argmax(axis=2) == labels))}
@@ -77,7 +78,8 @@ def classification_metrics(log_probabilities, labels) -> dict[str, float]:
   log_probabilities = np.asarray(log_probabilities, np.float64)
   labels = np.asarray(labels).astype(np.int64)
   if log_probabilities.ndim != 2 or len(log_probabilities) != len(labels):
-    raise ValueError(f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
+    raise ValueError(
+        f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
   probabilities = np.exp(log_probabilities)
   one_hot = np.eye(log_probabilities.shape[1])[labels]
   return {

@@ -107,7 +107,8 @@ def define_flags(config_class: type) -> None:
     default, help_text = getattr(defaults, field.name), _help_text(field)
     choices = field.metadata.get("choices")
     if is_tuple:
-      flags.DEFINE_list(field.name, [str(value) for value in default], help_text, module_name=module)
+      flags.DEFINE_list(field.name, [str(value) for value in default], help_text,
+                        module_name=module)
     elif choices and kind is str:
       flags.DEFINE_enum(field.name, default, list(choices), help_text, module_name=module)
     elif kind is bool:
@@ -120,7 +121,8 @@ def define_flags(config_class: type) -> None:
       flags.DEFINE_string(field.name, default, help_text, module_name=module)
   flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go "
                       "(created if missing).", module_name=module)
-  flags.DEFINE_bool("tf_log", False, "Show TensorFlow's own start-up and checkpoint logging on stderr.",
+  flags.DEFINE_bool("tf_log", False,
+                    "Show TensorFlow's own start-up and checkpoint logging on stderr.",
                     module_name=module)
 
 
@@ -136,7 +138,8 @@ def config_from_flags(config_class: type) -> Config:
       try:
         value = tuple(kind(element) for element in value)
       except ValueError:
-        raise UsageError(f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
+        raise UsageError(
+            f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
     values[field.name] = value
   return config_class(**values)
 
@@ -145,7 +148,8 @@ def prepare_output_dir(output_dir: str) -> None:
   """Creates `output_dir` or raises UsageError in one line if it cannot hold results."""
   require(bool(output_dir), "--output_dir is required")
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-    raise UsageError(f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
+    raise UsageError(
+        f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
   try:
     os.makedirs(output_dir, exist_ok=True)
   except OSError as error:
@@ -181,8 +185,9 @@ def finished_run_matches(config: Config, output_dir: str) -> bool:
   if config.replace_mismatched:
     os.remove(path)
     return False
-  raise UsageError(f"{path} was made with other settings: {describe_differences(config, recorded, differing)}; "
-                   "use another --output_dir, or --replace_mismatched to rerun")
+  raise UsageError(
+      f"{path} was made with other settings: {describe_differences(config, recorded, differing)}; "
+      "use another --output_dir, or --replace_mismatched to rerun")
 
 
 @contextlib.contextmanager
@@ -245,5 +250,6 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     for name in printed_metrics:
       if name in metrics:
         value = metrics[name]
-        print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {json.dumps(value)}")
+        print(
+            f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {json.dumps(value)}")
   run(run_config)

@@ -18,13 +18,14 @@ def main(argv):
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
   cli.require(flags.FLAGS.examples_per_batch >= 1,
               f"--examples_per_batch={flags.FLAGS.examples_per_batch} must be >= 1")
-  folder = images.write_synthetic_cifar10(flags.FLAGS.output_dir, flags.FLAGS.examples_per_batch, flags.FLAGS.seed,
-                                          flags.FLAGS.format)
+  folder = images.write_synthetic_cifar10(flags.FLAGS.output_dir, flags.FLAGS.examples_per_batch,
+                                          flags.FLAGS.seed, flags.FLAGS.format)
   print(f"wrote {folder}")
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("output_dir", None, "The cifar10 folder to write cifar-10-batches-<format>/ into.")
+  flags.DEFINE_string("output_dir", None,
+                      "The cifar10 folder to write cifar-10-batches-<format>/ into.")
   flags.DEFINE_integer("examples_per_batch", 200, "Examples in each of the six batch files.")
   flags.DEFINE_integer("seed", 0, "Seed of the random images.")
   flags.DEFINE_enum("format", "bin", ["bin", "py"], "Binary records or pickled python batches.")

@@ -24,8 +24,12 @@ def load_trace(path: str) -> dict[str, np.ndarray]:
   with np.load(path) as data:
     missing = {"trace", "kl_trace"} - set(data.files)
     if missing:
-      raise ValueError(f"{path} has no {', '.join(sorted(missing))} (a VI trace.npz has trace and kl_trace)")
-    return {"elbo": np.asarray(data["trace"], np.float64), "kl": np.asarray(data["kl_trace"], np.float64)}
+      raise ValueError(
+          f"{path} has no {', '.join(sorted(missing))} (a VI trace.npz has trace and kl_trace)")
+    return {
+        "elbo": np.asarray(data["trace"], np.float64),
+        "kl": np.asarray(data["kl_trace"], np.float64)
+    }
 
 
 def windowed_mean(values: np.ndarray, step: int, window: int) -> float:
@@ -48,14 +52,17 @@ def comparison_rows(baseline: dict, variant: dict, steps=STEPS, window: int = 50
 
 
 def to_markdown(rows: list[dict], baseline: str, variant: str, window: int) -> str:
-  lines = [f"# VI traces: {variant} against {baseline}", "",
-           f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at each step.", "",
-           "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
-           "|---|---|---|---|---|---|"]
+  lines = [
+      f"# VI traces: {variant} against {baseline}", "",
+      f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at each step.",
+      "", "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
+      "|---|---|---|---|---|---|"
+  ]
   for row in rows:
-    cells = [f"{row['step']:,}"] + [("–" if np.isnan(row[key]) else f"{row[key]:,.0f}") for key in
-                                    ("baseline_elbo", "variant_elbo", "elbo_difference", "baseline_kl",
-                                     "variant_kl")]
+    cells = [f"{row['step']:,}"] + [
+        ("–" if np.isnan(row[key]) else f"{row[key]:,.0f}")
+        for key in ("baseline_elbo", "variant_elbo", "elbo_difference", "baseline_kl", "variant_kl")
+    ]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

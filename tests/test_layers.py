@@ -18,8 +18,10 @@ def _randomise(layer, seed=0):
   rng = np.random.default_rng(seed)
   for p in layer.mean_field_parameters:
     p.posterior_loc.assign(rng.normal(size=p.posterior_loc.shape).astype(np.float32))
-    p.untransformed_posterior_scale.assign(rng.uniform(-2, 0, size=p.posterior_loc.shape).astype(np.float32))
-    p.untransformed_prior_scale.assign(rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
+    p.untransformed_posterior_scale.assign(
+        rng.uniform(-2, 0, size=p.posterior_loc.shape).astype(np.float32))
+    p.untransformed_prior_scale.assign(
+        rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
 
 
 def test_dense_outputs_are_stochastic_with_local_reparameterisation_moments():
@@ -62,7 +64,8 @@ def _closed_form_moments(layer, x):
   return mean, variance
 
 
-LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]), (lambda: Conv2DFlipout(2, 3), [2, 5, 5, 3])]
+LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]),
+                 (lambda: Conv2DFlipout(2, 3), [2, 5, 5, 3])]
 
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
@@ -134,8 +137,9 @@ def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
   assert standard_error.max() > 0
 
 
-@pytest.mark.parametrize("make,x_shape", [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
-                                          (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
+@pytest.mark.parametrize("make,x_shape",
+                         [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
+                          (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
 def test_kl_equals_direct_computation(make, x_shape):
   layer = make(None)
   layer(tf.zeros(x_shape))

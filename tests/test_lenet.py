@@ -15,7 +15,8 @@ from image import lenet
 def _weights(height, channels):
   """Weights and biases of LeNet-5 (SAME padding, two 2x2 poolings) on height x height x channels images."""
   flat = (height // 4) ** 2 * 120
-  return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) + (84 * 10 + 10))
+  return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) +
+          (84 * 10 + 10))
 
 
 @pytest.mark.parametrize("height,channels", [(28, 1), (32, 3)])
@@ -53,7 +54,7 @@ def test_member_convolution_is_each_members_own_convolution():
   for m in range(3):
     expected = tf.nn.conv2d(x[m], layer.kernel[m], 1, "SAME") + layer.bias[m]
     np.testing.assert_allclose(outputs[m], expected, rtol=1e-5, atol=1e-5)
-  assert not np.allclose(layer.kernel[0], layer.kernel[1])      # members are initialised independently
+  assert not np.allclose(layer.kernel[0], layer.kernel[1])  # members are initialised independently
 
 
 def test_ensemble_takes_grey_scale_images_with_a_member_axis():
@@ -84,7 +85,9 @@ def test_ensemble_kernels_have_the_chosen_initialisers_scale(initializer):
 
 
 def test_ensemble_initializer_names_are_checked():
-  with pytest.raises(ValueError, match="unknown kernel_initializer 'orthogonal'; allowed: he_normal, glorot_uniform"):
+  with pytest.raises(
+      ValueError,
+      match="unknown kernel_initializer 'orthogonal'; allowed: he_normal, glorot_uniform"):
     lenet.ensemble_lenet5(kernel_initializer="orthogonal")
 
 
@@ -129,7 +132,8 @@ def test_every_mean_field_lenet5_parameter_trains_and_the_kl_falls():
                             learning_rate=1e-2, batch_size=32)
   assert result.kl_trace[-20:].mean() < 0.5 * result.kl_trace[:20].mean()
   assert result.trace[-20:].mean() > result.trace[:20].mean()
-  for index, (before, prior_before, parameter) in enumerate(zip(scales_before, priors_before, parameters)):
+  for index, (before, prior_before,
+              parameter) in enumerate(zip(scales_before, priors_before, parameters)):
     assert np.mean(np.abs(parameter.posterior_scale.numpy() - before)) > 1e-4, index
     assert not np.allclose(parameter.prior_scale.numpy(), prior_before), index
 
@@ -141,7 +145,7 @@ def test_every_mnf_lenet5_variable_trains_and_the_bound_improves():
   model = lenet.mnf_lenet5(seed=0, num_classes=3)
   model(images[:1])
   assert not _every_variable_has_a_gradient(model, images, labels, lambda: mnf_kl(model))
-  result = train_mnf(model, images, labels, categorical_log_likelihood, num_steps=150, learning_rate=1e-2,
-                     batch_size=32)
+  result = train_mnf(model, images, labels, categorical_log_likelihood, num_steps=150,
+                     learning_rate=1e-2, batch_size=32)
   assert result.kl_trace[-20:].mean() < result.kl_trace[:20].mean()
   assert result.trace[-20:].mean() > result.trace[:20].mean()
