@@ -36,8 +36,8 @@ def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, 
 
 
 def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
-  """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels (member m with kernel m) as one grouped
-  convolution, -> [M, B, H', W', F]."""
+  """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels (member m with kernel m) as one
+  grouped convolution, -> [M, B, H', W', F]."""
   members, channels, filters = kernels.shape[0], kernels.shape[-2], kernels.shape[-1]
   batch_shape = tf.shape(inputs)
   grouped_inputs = tf.reshape(tf.transpose(inputs, [1, 2, 3, 0, 4]),
@@ -171,9 +171,10 @@ class DenseReparameterization(MeanFieldLayer):
     super().build(input_shape)
 
   def _member_matmul(self, inputs: tf.Tensor, kernels: tf.Tensor) -> tf.Tensor:
-    """[M, batch, units] products of [batch, in] (shared) or [M, batch, in] inputs with [M, in, units] kernels.
+    """[M, batch, units] products of inputs with [M, in, units] kernels.
 
-    A (broadcasting) batched matmul: on CPU several times faster than the equivalent einsum.
+    The inputs are [batch, in] (shared) or [M, batch, in]. A (broadcasting) batched matmul: on
+    CPU several times faster than the equivalent einsum.
     """
     return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
 

@@ -16,7 +16,7 @@ AddWeight = Callable[..., tf.Variable]
 
 
 def derived_seed(*keys: int) -> int:
-  """A well-mixed 31-bit seed from a tuple of non-negative integers (run seed, stream, member...)."""
+  """A well-mixed 31-bit seed from a tuple of non-negative integers: run seed, stream, member..."""
   return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] >> 1)
 
 

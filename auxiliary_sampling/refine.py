@@ -90,7 +90,10 @@ def _other_trainable_variables(model, parameters: list[GaussianMeanField]) -> li
 
 def seed_member_streams(model: tf.Module, seed: int, total_members: int,
                         member_offset: int = 0) -> None:
-  """Seeds every layer's noise; the model's members are rows [member_offset, ...) of `total_members`."""
+  """Seeds every layer's noise.
+
+  The model's members are rows [member_offset, ...) of `total_members`.
+  """
   noisy_layers = [layer for layer in layers_of(model) if isinstance(layer, MeanFieldLayer)]
   for layer_index, layer in enumerate(noisy_layers):
     layer.noise.set_member_window(total_members, member_offset)
@@ -212,7 +215,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     if steps_per_auxiliary:
       traces.append(maximizer.maximize(steps_per_auxiliary, learning_rate,
                                        elbo_offset=cumulative_log_ratio, reset_optimizer=True))
-    if stage_elbo_aux and stage < schedule.num_auxiliary:  # the last stage's is the final estimate below
+    # The last stage's is the final estimate below.
+    if stage_elbo_aux and stage < schedule.num_auxiliary:
       measured = time.perf_counter()
       with _rewound_noise(members):
         stage_values.append(

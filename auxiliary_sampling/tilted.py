@@ -1,4 +1,6 @@
-"""A Gaussian tilted by a known positive function, element-wise on a grid: q(r) ∝ N(r; loc, scale²) h(r).
+"""A Gaussian tilted by a known positive function, element-wise on a grid.
+
+q(r) ∝ N(r; loc, scale²) h(r).
 
 Non-Gaussian refinement (`stable_auxiliaries.py`) needs it for auxiliaries whose prior is
 not Normal. Conditioning a Gaussian q(r) on a Cauchy auxiliary gives the exact
@@ -38,7 +40,10 @@ def _column(value, n: int) -> tf.Tensor:
 
 
 def _grid(loc: tf.Tensor, scale: tf.Tensor, anchors: Sequence[Anchor], size: int) -> tf.Tensor:
-  """[n, G] sorted nodes: `size` linear over loc ± 10 scale, plus `size` tan-spaced ones per anchor."""
+  """[n, G] sorted nodes.
+
+  `size` linear over loc ± 10 scale, plus `size` tan-spaced ones per anchor.
+  """
   n = tf.shape(loc)[0]
   linear = tf.linspace(tf.constant(-_LINEAR_HALF_WIDTH, tf.float64), _LINEAR_HALF_WIDTH, size)
   parts = [loc[:, None] + scale[:, None] * linear[None, :]]
@@ -49,7 +54,10 @@ def _grid(loc: tf.Tensor, scale: tf.Tensor, anchors: Sequence[Anchor], size: int
 
 
 def log_trapezoid(nodes: tf.Tensor, log_values: tf.Tensor) -> tf.Tensor:
-  """log ∫ exp(log_values) over each row's nodes by the trapezoid rule, stable for any magnitude. [n, G] -> [n]."""
+  """log ∫ exp(log_values) over each row's nodes by the trapezoid rule. [n, G] -> [n].
+
+  Stable for any magnitude.
+  """
   shift = tf.stop_gradient(tf.reduce_max(log_values, axis=1, keepdims=True))
   values = tf.exp(log_values - shift)
   cells = 0.5 * (values[:, 1:] + values[:, :-1]) * (nodes[:, 1:] - nodes[:, :-1])
@@ -83,7 +91,10 @@ class TiltedGaussian:
     return self._log_unnormalized(tf.cast(r, tf.float64)) - self.log_normalizer[:, None]
 
   def sample(self, uniforms) -> tf.Tensor:
-    """r = F⁻¹(u) for u [n, S] in (0, 1), with implicit reparameterisation gradients to loc and scale."""
+    """r = F⁻¹(u) for u [n, S] in (0, 1).
+
+    With implicit reparameterisation gradients to loc and scale.
+    """
     uniforms = tf.cast(uniforms, tf.float64)
     cdf = tf.stop_gradient(self.cdf)
     last_cell = tf.shape(cdf)[1] - 2
@@ -95,15 +106,19 @@ class TiltedGaussian:
     fraction = tf.clip_by_value(
         (uniforms - tf.stop_gradient(low_cdf)) / tf.maximum(cell_mass, 1e-300), 0.0, 1.0)
     draws = tf.stop_gradient(low_node + fraction * width)
-    # F(r; θ) at the (fixed) draw, differentiable in θ through the node CDF values; its slope in r is the cell
-    # density, so draws - (F_θ - stop(F_θ)) / density has the implicit-reparameterisation gradient.
+    # F(r; θ) at the (fixed) draw, differentiable in θ through the node CDF values; its slope in r
+    # is the cell density, so draws - (F_θ - stop(F_θ)) / density has the
+    # implicit-reparameterisation gradient.
     cdf_at_draws = low_cdf + fraction * (high_cdf - low_cdf)
     density = tf.maximum(cell_mass / tf.maximum(width, 1e-300), 1e-300)
     return draws - (cdf_at_draws - tf.stop_gradient(cdf_at_draws)) / density
 
   def log_expectation(self, log_integrand_fn: LogTiltFn,
                       anchors: Sequence[Anchor] = ()) -> tf.Tensor:
-    """log E_q[g(r)] per element by quadrature, for g = exp(log_integrand_fn); `anchors` resolve g's features."""
+    """log E_q[g(r)] per element by quadrature, for g = exp(log_integrand_fn).
+
+    `anchors` resolve g's features.
+    """
     nodes = _grid(self.loc, self.scale, self.anchors + tuple(anchors), self.grid_size)
     return log_trapezoid(
         nodes,

@@ -1,4 +1,6 @@
-"""The settings a checkpoint was made with, recorded beside it, so that a rerun never resumes the wrong state.
+"""The settings a checkpoint was made with, recorded beside it.
+
+The record makes sure that a rerun never resumes the wrong state.
 
 A checkpoint directory holds `settings.json`: the settings that shape the
 trained state (seed, dataset, split, architecture, the trainer's own flags;
@@ -28,7 +30,7 @@ def _describe(differing: list[str], requested: Mapping[str, Any], recorded: Mapp
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
                          replace_mismatched: bool) -> None:
-  """Makes `checkpoint_dir` hold state of `settings` only: records them, or checks the recorded ones.
+  """Makes `checkpoint_dir` hold state of `settings` only: records them or checks the recorded ones.
 
   A directory with checkpoint files but no settings record (made by older
   code) counts as a mismatch, since nothing says what made it.

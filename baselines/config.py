@@ -59,8 +59,8 @@ class MethodConfig(Config):
                                   minimum=1, shapes=RESULTS)
   stage_elbo_aux: bool = setting(
       False,
-      "refined_vi: whole-training-set ELBO_aux after every stage (Figure 4 without minibatch noise; "
-      "the refined samples are unchanged).", shapes=RESULTS)
+      "refined_vi: whole-training-set ELBO_aux after every stage (Figure 4 without minibatch "
+      "noise; the refined samples are unchanged).", shapes=RESULTS)
   mnf_steps: int = setting(30_000, "Adam steps of MNF.", minimum=1, shapes=RESULTS)
   ensemble_members: int = setting(10, "Members of the deep ensemble.", minimum=1,
                                   shapes=(ENSEMBLE,))
@@ -72,7 +72,8 @@ class MethodConfig(Config):
   vi_checkpoint_dir: Optional[str] = setting(
       None,
       "VI checkpoint directory, shared by the vi, refined_vi and vi_equal_compute runs of one "
-      "dataset and seed so that the mean-field model is trained once (default: under --output_dir).",
+      "dataset and seed so that the mean-field model is trained once (default: under "
+      "--output_dir).",
       shapes=NOTHING)
   steps_per_checkpoint: int = setting(5_000,
                                       "Training steps between checkpoints (and progress lines).",

@@ -27,7 +27,10 @@ VARIANCE_FLOOR = 1e-6
 
 
 def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
-  """An initializer of [M, *member_shape] that draws each member as a separate layer would, from its own seed."""
+  """An initializer of [M, *member_shape].
+
+  It draws each member as a separate layer would, from its own seed.
+  """
   config = initializer.get_config()
 
   def initialize(shape, dtype=None):
@@ -39,7 +42,10 @@ def independent_member_initializer(initializer, seed: int, member_shape: list[in
 
 
 class MemberDense(tf_keras.layers.Layer):
-  """A dense layer with an independent kernel and bias per member: [M?, batch, in] -> [M, batch, out]."""
+  """A dense layer with an independent kernel and bias per member.
+
+  [M?, batch, in] -> [M, batch, out].
+  """
 
   def __init__(self, units: int, num_members: int, activation=None, kernel_initializer="he_normal",
                seed: Optional[int] = None, **kwargs):
@@ -72,7 +78,10 @@ class MemberDense(tf_keras.layers.Layer):
 
 
 class MemberConv2D(tf_keras.layers.Layer):
-  """A 2-D convolution (NHWC) with an independent kernel and bias per member: [M?, B, H, W, C] -> [M, B, H', W', F]."""
+  """A 2-D convolution (NHWC) with an independent kernel and bias per member.
+
+  [M?, B, H, W, C] -> [M, B, H', W', F].
+  """
 
   def __init__(self, filters: int, kernel_size, num_members: int, strides=1, padding: str = "SAME",
                activation=None, kernel_initializer="he_normal", seed: Optional[int] = None,
@@ -158,7 +167,7 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
                         batch_size: int = 256, epsilon: float = 0.01, seed: int = 0,
                         checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                         steps_per_checkpoint: int = 5000) -> TrainingResult:
-  """Trains all members of `model` together, each on its own minibatches, for `num_steps` steps each.
+  """Trains all members of `model` together, each on its own minibatches, `num_steps` steps each.
 
   The trace holds each member's objective N * mean[log p(y|x) + log p(y|x_adv)].
   """

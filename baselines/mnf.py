@@ -100,7 +100,10 @@ class MaskedCouplingFlow(tf_keras.layers.Layer):
     return z, log_det
 
   def as_bijector(self) -> tfb.Bijector:
-    """The flow as tfp bijectors: per step a `RealNVP` coupling between `Permute`s (used by tests)."""
+    """The flow as tfp bijectors: per step a `RealNVP` coupling between `Permute`s.
+
+    Used by tests.
+    """
     bijectors = []
     for mask, weights in zip(self.masks, self.step_weights):
       kept, transformed = np.flatnonzero(mask == 1), np.flatnonzero(mask == 0)
@@ -122,7 +125,10 @@ def _vector_matmul(vectors: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
 
 
 def _gated_shift_and_log_scale(weights, kept, transformed):
-  """The coupling of one step as tfp's RealNVP expects it: (shift, log_scale) of the transformed units."""
+  """The coupling of one step as tfp's RealNVP expects it.
+
+  It gives (shift, log_scale) of the transformed units.
+  """
   hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias = weights
 
   def shift_and_log_scale(kept_units, output_units):
@@ -137,7 +143,10 @@ def _gated_shift_and_log_scale(weights, kept, transformed):
 
 
 class _MNFLayer(tf_keras.layers.Layer):
-  """Shared parameters of an MNF layer: weights given z, q(z) and its flow, r(z | W) and its flow."""
+  """Shared parameters of an MNF layer.
+
+  Weights given z, q(z) and its flow, r(z | W) and its flow.
+  """
 
   z_axis: int  # the kernel axis z multiplies
 
@@ -250,7 +259,10 @@ class _MNFLayer(tf_keras.layers.Layer):
     return tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
 
   def kl_divergence(self) -> tf.Tensor:
-    """One-sample estimate of the bound's KL term (MNF Eq. 12; an upper bound on KL(q(W) || p(W)))."""
+    """One-sample estimate of the bound's KL term (MNF Eq. 12).
+
+    An upper bound on KL(q(W) || p(W)).
+    """
     z_t, log_q = self.sample_z(tf.zeros([0], tf.int32))
     return self.weight_kl(z_t) + log_q - self.log_reverse(z_t)
 
@@ -281,7 +293,10 @@ class DenseMNF(_MNFLayer):
 
 
 class Conv2DMNF(_MNFLayer):
-  """2-D convolution MNF layer (NHWC): z multiplies the output channels; local reparameterisation."""
+  """2-D convolution MNF layer (NHWC).
+
+  z multiplies the output channels; local reparameterisation.
+  """
 
   z_axis = 3
 
@@ -336,7 +351,10 @@ def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
               seed: int = 0, checkpoint_dir: Optional[str] = None,
               summary_dir: Optional[str] = None,
               steps_per_checkpoint: int = 5000) -> TrainingResult:
-  """Maximises the MNF lower bound (KL divided by N) with Adam, 30,000 steps by default (paper Sec. 4.1)."""
+  """Maximises the MNF lower bound (KL divided by N) with Adam.
+
+  30,000 steps by default (paper Sec. 4.1).
+  """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
   maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,

@@ -95,7 +95,7 @@ class CheckpointedTraining:
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
             summary_dir: Optional[str] = None) -> TrainingResult:
-    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if it is further along."""
+    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if further along."""
     num_steps = check_integer("num_steps", num_steps)
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)

@@ -46,7 +46,7 @@ class ViFamilyRun:
 def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.Module], inputs,
                   labels, log_likelihood_fn: LogLikelihoodFn, output_dir: str,
                   checkpoint_dir_fn: Optional[Callable[[str], str]] = None) -> ViFamilyRun:
-  """Trains VI (resuming from its checkpoint), then trains further or refines as `config.method` says.
+  """Trains VI (resuming from its checkpoint), then trains on or refines as `config.method` says.
 
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
   `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi" and

@@ -37,7 +37,10 @@ PAPER_VI_STEPS, PAPER_REFINE_STEPS, PAPER_MEMBERS = 30_000, 5 * 200, 10
 
 
 def _tfp_reference(num_examples: int):
-  """The straightforward tfp.layers LeNet-5 and a Keras-optimizer train step (the issue's reference point)."""
+  """The straightforward tfp.layers LeNet-5 and a Keras-optimizer train step.
+
+  The issue's reference point.
+  """
   import tensorflow_probability as tfp
   import tf_keras
   divergence = lambda q, p, _: tfp.distributions.kl_divergence(q, p) / num_examples  # noqa: E731
@@ -104,7 +107,8 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     variables = ([v for p in mean_field_parameters(model) for v in p.posterior_variables]
                  if name == "refine" else model.trainable_variables)
     maximizer = ElboMaximizer(model, x, y, categorical_log_likelihood, variables, batch, **kwargs)
-    if name == "vi_xla":  # the same loop compiled by XLA instead of run op by op with oneDNN kernels
+    if name == "vi_xla":
+      # the same loop compiled by XLA instead of run op by op with oneDNN kernels
       maximizer.run = tf.function(maximizer._run, jit_compile=True)
 
     def timed(num_steps):
@@ -121,9 +125,9 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
 
 def run_all(dataset: str, data_dir: str, steps: int, rounds: int,
             measurements=DEFAULT_MEASUREMENTS) -> dict:
-  """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts by tens
-  of percent between minutes, so each measurement reports the median of its rounds); then the ratios that
-  the measurements taken allow."""
+  """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts
+  by tens of percent between minutes, so each measurement reports the median of its rounds); then
+  the ratios that the measurements taken allow."""
   import numpy as np
   samples = {name: [] for name in measurements}
   for _ in range(rounds):
@@ -177,21 +181,25 @@ def _markdown(results: dict, command: str) -> str:
     row = results[name]
     rounds = ", ".join(f"{1000 * value:.0f}" for value in row["seconds_per_step_rounds"])
     lines.append(
-        f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | {row['peak_memory_mb']:.0f} |"
+        f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | "
+        f"{row['peak_memory_mb']:.0f} |"
     )
   derived = results["derived"]
   lines.append("")
   if "paper_vi_training_minutes" in derived:
     lines.append(
-        f"- VI training at paper settings (30,000 steps): {derived['paper_vi_training_minutes']:.1f} min."
+        "- VI training at paper settings (30,000 steps): "
+        f"{derived['paper_vi_training_minutes']:.1f} min."
     )
   if "refinement_fraction_of_vi_training" in derived:
     lines.append(
-        f"- Refinement at paper settings (M = 10, K = 5, T = 200): {derived['paper_refinement_minutes']:.1f} "
+        "- Refinement at paper settings (M = 10, K = 5, T = 200): "
+        f"{derived['paper_refinement_minutes']:.1f} "
         f"min: {100 * derived['refinement_fraction_of_vi_training']:.1f} % of VI training.")
   if "deep_ensemble_minutes_5000_steps" in derived:
     lines.append(
-        f"- Deep ensemble (10 members x 5,000 steps): {derived['deep_ensemble_minutes_5000_steps']:.1f} min."
+        "- Deep ensemble (10 members x 5,000 steps): "
+        f"{derived['deep_ensemble_minutes_5000_steps']:.1f} min."
     )
   if "mnf_training_minutes" in derived:
     lines.append(f"- MNF (30,000 steps): {derived['mnf_training_minutes']:.1f} min.")

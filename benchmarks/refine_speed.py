@@ -4,9 +4,9 @@ A UCI-sized network (13 inputs, 50 ReLU units, Gaussian likelihood), batch 256:
 train VI for 30,000 steps, then produce M = 10 refined samples with K = 5
 auxiliary variables and 200 Adam steps each. The paper reports ~30% on a GPU;
 refining the members one after another is bound to ~33% (10,000 member-steps
-against 30,000 steps); the vectorised loop does all members in 1,000 steps. `--weight_noise=per_batch`
-measures refinement with one weight draw per member and step (see
-`auxiliary_sampling.layers`).
+against 30,000 steps); the vectorised loop does all members in 1,000 steps.
+`--weight_noise=per_batch` measures refinement with one weight draw per member
+and step (see `auxiliary_sampling.layers`).
 
   python -m benchmarks.refine_speed --output_dir=results/benchmarks/refine_speed
   python -m benchmarks.refine_speed --weight_noise=per_batch \

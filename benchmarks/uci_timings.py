@@ -1,6 +1,7 @@
 """Wall time of every UCI method per dataset, from the committed runs' results.json files.
 
-  python -m benchmarks.uci_timings --results_dir=results/uci --output_dir=results/benchmarks/uci_timings
+  python -m benchmarks.uci_timings --results_dir=results/uci \\
+      --output_dir=results/benchmarks/uci_timings
 
 Per dataset: mean VI / MNF / deep-ensemble training seconds, refinement seconds
 (10 members, K = 5, T = 200, all members in one compiled loop), its ratio to

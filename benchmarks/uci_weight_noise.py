@@ -1,9 +1,12 @@
-"""Refinement's two gradient estimators compared on the UCI table, run for run from the same VI models.
+"""Refinement's two gradient estimators compared on the UCI table.
 
-  uci/run_table.sh --output_root=results/ablations/per_batch_weight_noise --vi_checkpoint_root=results \
-      --methods=refined_vi -- --refine_weight_noise=per_batch
+The comparison is run for run, from the same VI models.
+
+  uci/run_table.sh --output_root=results/ablations/per_batch_weight_noise \
+      --vi_checkpoint_root=results --methods=refined_vi -- --refine_weight_noise=per_batch
   python -m benchmarks.uci_weight_noise --baseline_dir=results/uci \
-      --variant_dir=results/ablations/per_batch_weight_noise/uci --output_dir=results/benchmarks/uci_weight_noise
+      --variant_dir=results/ablations/per_batch_weight_noise/uci \
+      --output_dir=results/benchmarks/uci_weight_noise
 
 Pairs every refined_vi run of the baseline table (per_example noise: local
 reparameterisation, the paper's estimator) with the variant's run of the same
@@ -32,7 +35,7 @@ METRICS = ("test_mll", "elbo_aux", "refine_to_train")
 
 
 def refined_runs(results_dir: str) -> pd.DataFrame:
-  """refined_vi runs indexed by (dataset, seed), with refinement seconds over VI training seconds."""
+  """refined_vi runs indexed by (dataset, seed), with refinement over VI training seconds."""
   runs = load_runs(results_dir)
   runs = runs[runs["method"] == "refined_vi"].copy()
   if runs.empty:
@@ -42,7 +45,10 @@ def refined_runs(results_dir: str) -> pd.DataFrame:
 
 
 def compare(baseline: pd.DataFrame, variant: pd.DataFrame) -> pd.DataFrame:
-  """Per dataset: both means, and the mean paired difference (variant - baseline) with its standard error."""
+  """Per dataset: both means, and the mean paired difference with its standard error.
+
+  A paired difference is variant - baseline.
+  """
   paired = baseline.join(variant, how="inner", lsuffix="_per_example", rsuffix="_per_batch")
   if paired.empty:
     raise ValueError("the two tables have no (dataset, seed) in common")
@@ -83,7 +89,8 @@ def main(argv):
   text = [
       "# Refinement with per_batch weight noise against per_example (the paper's), same VI models",
       "",
-      "Differences are per_batch minus per_example, paired by dataset and seed (mean ± standard error).",
+      ("Differences are per_batch minus per_example, paired by dataset and seed "
+       "(mean ± standard error)."),
       "MLL in original units; ELBO_aux on the training set in original units.", "",
       to_markdown(table.reset_index(), digits=4), ""
   ]

@@ -31,7 +31,8 @@ from common.results import note_start_commit
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
 RESULTS_FILENAME = "results.json"
-# Left behind by a process killed while writing a file atomically (common.results, baselines.training).
+# Left behind by a process killed while writing a file atomically (common.results,
+# baselines.training).
 STALE_TEMPORARY_PATTERNS = (".tmp-*", "*.npz.tmp")
 
 
@@ -192,7 +193,10 @@ def finished_run_matches(config: Config, output_dir: str) -> bool:
 
 @contextlib.contextmanager
 def _stderr_silenced() -> Iterator[None]:
-  """Sends file descriptor 2 to /dev/null (C++ logging before absl::InitializeLog ignores levels)."""
+  """Sends file descriptor 2 to /dev/null.
+
+  C++ logging before absl::InitializeLog ignores levels.
+  """
   sys.stderr.flush()
   saved = os.dup(2)
   with open(os.devnull, "w") as devnull:

@@ -69,13 +69,17 @@ _CIFAR10_RECORD_BYTES = 1 + 32 * 32 * 3
 
 @dataclasses.dataclass
 class ImageData:
-  """Scaled images [N, H, W, C] float32 (standardised unless asked otherwise) and integer labels [N]."""
+  """Scaled images [N, H, W, C] float32 and integer labels [N].
+
+  The images are standardised unless asked otherwise.
+  """
 
   x_train: np.ndarray
   y_train: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
-  channel_mean: np.ndarray  # subtracted from the [0, 1]-scaled pixels, per channel (0 for "unit_interval")
+  channel_mean: np.ndarray  # subtracted from the [0, 1]-scaled pixels, per channel
+                            # (0 for "unit_interval")
   channel_std: np.ndarray    # then divided by (1 for "unit_interval")
 
 
@@ -163,7 +167,8 @@ def _read_cifar_py(path: str) -> tuple[np.ndarray, np.ndarray]:
         f"{path} is not a CIFAR-10 python batch ({type(error).__name__}: {error})") from error
   if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
     raise OSError(
-        f"{path}: data of shape {data.shape} with {len(labels)} labels; expected [N, 3072] and N labels"
+        f"{path}: data of shape {data.shape} with {len(labels)} labels; "
+        "expected [N, 3072] and N labels"
     )
   return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), _check_labels(labels, path)
 
@@ -210,8 +215,8 @@ def _load_cifar10(data_dir, cache_dir, download_allowed):
 
 
 def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
-  """Both splits through `tensorflow_datasets`; any failure of it (data not prepared, a failed download)
-  becomes one OSError line naming the dataset and the folder."""
+  """Both splits through `tensorflow_datasets`; any failure of it (data not prepared, a failed
+  download) becomes one OSError line naming the dataset and the folder."""
   import tensorflow_datasets as tfds  # imported on demand: slow, and only this source needs it
   arrays = []
   for split in ("train", "test"):
@@ -219,7 +224,8 @@ def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
       images, labels = tfds.as_numpy(
           tfds.load(dataset, split=split, batch_size=-1, as_supervised=True, data_dir=data_dir,
                     download=download_allowed))
-    except Exception as error:  # tfds signals missing data with AssertionError, download failures variously
+    except Exception as error:
+      # tfds signals missing data with AssertionError, download failures variously
       reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
       raise OSError(f"tensorflow_datasets could not load {dataset} {split} from "
                     f"{data_dir or 'its default data_dir'} (download={download_allowed}): {reason}"
@@ -309,7 +315,10 @@ def write_cifar10(directory: str, batches, kind: str = "bin") -> str:
 
 def write_synthetic_cifar10(directory: str, examples_per_batch: int = 200, seed: int = 0,
                             kind: str = "bin") -> str:
-  """Random CIFAR-10-format files whose labels are learnable (the class sets the mean colour of the image)."""
+  """Random CIFAR-10-format files whose labels are learnable.
+
+  The class sets the mean colour of the image.
+  """
   rng = np.random.default_rng(seed)
   batches = []
   for _ in range(6):

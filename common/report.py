@@ -93,7 +93,10 @@ def to_markdown(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def _transpose(table: pd.DataFrame) -> pd.DataFrame:
-  """A one-row summary as metric | value rows (an experiment with many metrics reads better down than across)."""
+  """A one-row summary as metric | value rows.
+
+  An experiment with many metrics reads better down than across.
+  """
   if len(table) != 1:
     return table
   row = table.iloc[0].drop(["benchmark", "dataset"])

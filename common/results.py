@@ -37,7 +37,7 @@ def library_versions() -> dict[str, str]:
 
 
 def git_commit(repository: Optional[str] = None) -> Optional[str]:
-  """HEAD of the repository holding this code, with '-dirty' if tracked files outside results/ changed.
+  """HEAD of the repository holding this code, '-dirty' if tracked files outside results/ changed.
 
   Committed runs live under results/, so a rerun overwrites tracked files there before its
   results.json is written; those are outputs, not code.
@@ -77,7 +77,10 @@ def machine_description() -> dict[str, Any]:
 
 
 def check_finite(section: str, values: Mapping[str, Any]) -> None:
-  """Raises FloatingPointError (a runtime failure: exit status 1) naming the first non-finite value."""
+  """Raises FloatingPointError naming the first non-finite value.
+
+  FloatingPointError is a runtime failure: exit status 1.
+  """
   def walk(key, value):
     if isinstance(value, Mapping):
       for inner_key, inner in value.items():
@@ -98,7 +101,10 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_output(path: str) -> Iterator[str]:
-  """Yields a temporary path beside `path` and renames it to `path` on success: never half-written."""
+  """Yields a temporary path beside `path` and renames it to `path` on success.
+
+  `path` is never half-written.
+  """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-",

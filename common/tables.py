@@ -62,7 +62,10 @@ def load_runs(results_dir: str, benchmark: str,
 
 def summary(runs: pd.DataFrame, metrics: Sequence[str], paper_csv: str,
             paper_renames: dict[str, str]) -> pd.DataFrame:
-  """Mean, std and seed count per dataset and method, beside the paper's columns (renamed `paper_<stem>_*`)."""
+  """Mean, std and seed count per dataset and method, beside the paper's columns.
+
+  The paper's columns are renamed `paper_<stem>_*`.
+  """
   metrics = [m for m in metrics if m in runs]
   grouped = runs.groupby(["dataset", "method"])
   table = grouped[metrics].agg(["mean", "std"])
@@ -117,8 +120,9 @@ def paper_layout(table: pd.DataFrame, columns: Sequence[Column],
 
 def checks(runs: pd.DataFrame, table: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
            higher_is_better: Sequence[str] = ("test_mll",)) -> str:
-  """The checks: ELBO_aux >= ELBO per run, refined VI against VI per metric, ours against the paper in its stds.
+  """The checks: ELBO_aux >= ELBO per run, refined VI against VI, ours against the paper.
 
+  Refined VI is set against VI per metric, ours against the paper in its stds.
   `comparisons` lists (our metric, paper stem) pairs to put in paper-std units.
   """
   lines = ["# Checks", ""]
@@ -126,11 +130,13 @@ def checks(runs: pd.DataFrame, table: pd.DataFrame, comparisons: Sequence[tuple[
   if len(refined) and "elbo_aux" in refined:
     holds = refined["elbo_aux"] >= refined["elbo"]
     lines.append(
-        f"- ELBO_aux >= ELBO (same run's VI model): {int(holds.sum())} of {len(refined)} dataset-seed runs."
+        f"- ELBO_aux >= ELBO (same run's VI model): {int(holds.sum())} of {len(refined)} "
+        "dataset-seed runs."
     )
     for _, row in refined[~holds].iterrows():
       lines.append(
-          f"  - fails: {row['dataset']} seed {row['seed']}: {row['elbo_aux']:.1f} < {row['elbo']:.1f}"
+          f"  - fails: {row['dataset']} seed {row['seed']}: "
+          f"{row['elbo_aux']:.1f} < {row['elbo']:.1f}"
       )
     gains = (refined["elbo_aux"] - refined["elbo"]).groupby(refined["dataset"]).mean()
     lines.append("- Mean ELBO_aux - ELBO per dataset: " +
@@ -150,7 +156,8 @@ def checks(runs: pd.DataFrame, table: pd.DataFrame, comparisons: Sequence[tuple[
     ]
     worse = sorted(set(compared) - set(better))
     lines.append(
-        f"- Refined VI mean {METRIC_TITLES[metric]} >= VI mean {METRIC_TITLES[metric]} on {len(better)} of "
+        f"- Refined VI mean {METRIC_TITLES[metric]} >= VI mean {METRIC_TITLES[metric]} "
+        f"on {len(better)} of "
         f"{len(compared)} datasets" + (f" (not on: {', '.join(worse)})" if worse else ""))
   best = []
   for dataset in datasets:
@@ -178,13 +185,17 @@ def checks(runs: pd.DataFrame, table: pd.DataFrame, comparisons: Sequence[tuple[
       z = (ours - paper) / std
       flag = "" if abs(z) <= 2 else " **outside 2 std**"
       lines.append(
-          f"| {row['dataset']} | {row['method']} | {metric} | {ours:,.3f} | {paper:,.3f} | {z:+.1f}{flag} |"
+          f"| {row['dataset']} | {row['method']} | {metric} | {ours:,.3f} | {paper:,.3f} | "
+          f"{z:+.1f}{flag} |"
       )
   return "\n".join(lines) + "\n"
 
 
 def timings(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-  """Per dataset the mean wall time of each method's parts, the refine/train ratio and the total machine time."""
+  """Per dataset the mean wall time of each method's parts and the refine/train ratio.
+
+  Also the total machine time over all runs.
+  """
   frame = runs.copy()
   per_dataset = frame.pivot_table(index="dataset", columns="method", values="train_seconds",
                                   aggfunc="mean")
@@ -198,7 +209,8 @@ def timings(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
   if len(extra) and "extra_train_seconds" in extra:
     per_dataset["equal_compute_extra_seconds"] = extra.groupby(
         "dataset")["extra_train_seconds"].mean()
-  # Machine time: each run's own wall time; VI training is shared by three runs, counted once (in the vi run).
+  # Machine time: each run's own wall time; VI training is shared by three runs, counted once (in
+  # the vi run).
   totals = {
       "total_machine_seconds":
           float(frame["total_seconds"].sum()),
@@ -219,7 +231,10 @@ def write_text(path: str, text: str) -> None:
 def write_tables(runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
                  title_lines: Sequence[str], columns: Sequence[Column], check_text: str,
                  datasets: Optional[Sequence[str]] = None) -> None:
-  """table.csv, table.md (title, paper layout, run count and commits) and checks.md in `output_dir`."""
+  """Writes table.csv, table.md and checks.md in `output_dir`.
+
+  table.md holds the title, the paper layout, the run count and the commits.
+  """
   commits = sorted(str(c) for c in runs["git_commit"].unique())
   with atomic_output(os.path.join(output_dir, "table.csv")) as path:
     table.to_csv(path, index=False)
@@ -230,7 +245,10 @@ def write_tables(runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
 
 
 def main(write_tables_fn: Callable[[str, str], dict], benchmark: str) -> None:
-  """The `__main__` of a benchmark's table binary: --results_dir and --output_dir, both results/<benchmark>."""
+  """The `__main__` of a benchmark's table binary.
+
+  Its flags: --results_dir and --output_dir, both results/<benchmark> by default.
+  """
   from absl import flags
 
   from common import cli

@@ -40,8 +40,8 @@ class ImageConfig(MethodConfig):
                            shapes=NOTHING)
   pixel_scaling: str = setting(
       "by_method", "standardise: per channel with training statistics (the authors' VI code); "
-      "unit_interval: [0, 1] pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble the paper "
-      "reports); by_method: unit_interval for deep_ensemble, standardise otherwise.",
+      "unit_interval: [0, 1] pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble "
+      "the paper reports); by_method: unit_interval for deep_ensemble, standardise otherwise.",
       choices=PIXEL_SCALINGS)
   ensemble_kernel_initializer: str = setting(
       "glorot_uniform",

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage, LayerChain, MaxPool2D
+from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, FlattenImage,
+                                       LayerChain, MaxPool2D)
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.deep_ensemble import MemberConv2D, MemberDense

@@ -1,4 +1,4 @@
-"""LeNet-5 image classification (paper Table 2, Figure 4): one dataset, one method, one seed per run.
+"""LeNet-5 image classification (paper Table 2, Figure 4): one dataset, method and seed per run.
 
   python -m image.main --dataset=mnist --method=refined_vi --seed=0 \\
       --output_dir=results/image/mnist/refined_vi/seed_0 \\

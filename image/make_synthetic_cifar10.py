@@ -1,6 +1,7 @@
-"""Writes random CIFAR-10-format files (cifar-10-batches-bin) for smoke runs on machines without CIFAR-10.
+"""Writes random CIFAR-10-format files (cifar-10-batches-bin) for smoke runs without CIFAR-10.
 
-  python -m image.make_synthetic_cifar10 --output_dir=/tmp/synthetic/cifar10 [--examples_per_batch=200]
+  python -m image.make_synthetic_cifar10 --output_dir=/tmp/synthetic/cifar10 \\
+      [--examples_per_batch=200]
   python -m image.main --dataset=cifar10 --data_dir=/tmp/synthetic ...
 
 The labels are learnable (the class sets an image's mean colour), so a smoke

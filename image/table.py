@@ -40,8 +40,10 @@ def write_tables(results_dir: str, output_dir: str) -> dict:
   title = [
       "# LeNet-5 image classification (paper Table 2): ours, with the paper's value in parentheses",
       "",
-      "Test MLL and accuracy of the M = 10 sample (or member) predictive; ELBO of the VI model and ELBO_aux",
-      "of the refined samples on the training set, whole-dataset scale. Mean ± std over seeds; ECE and",
+      ("Test MLL and accuracy of the M = 10 sample (or member) predictive; ELBO of the VI model "
+       "and ELBO_aux"),
+      ("of the refined samples on the training set, whole-dataset scale. Mean ± std over seeds; "
+       "ECE and"),
       "Brier score are in table.csv."
   ]
   check_text = tables.checks(runs, table, [("test_mll", "mll"), ("test_accuracy", "accuracy"),

@@ -1,9 +1,10 @@
 """Two VI training traces side by side: minibatch ELBO and KL averaged around given steps.
 
+  ablation=results/ablations/mnist_initial_posterior_scale
   python -m image.trace_comparison \
       --baseline=results/image/mnist/vi_checkpoints/seed_0/trace.npz \
-      --variant=results/ablations/mnist_initial_posterior_scale/untransformed_-4/vi_checkpoints/seed_0/trace.npz \
-      --output=results/ablations/mnist_initial_posterior_scale/trace_comparison.md
+      --variant=$ablation/untransformed_-4/vi_checkpoints/seed_0/trace.npz \
+      --output=$ablation/trace_comparison.md
 
 Each trace.npz (written beside the VI checkpoints) holds the per-step minibatch
 ELBO estimate (`trace`, whole-dataset scale) and the KL (`kl_trace`). A
@@ -54,7 +55,8 @@ def comparison_rows(baseline: dict, variant: dict, steps=STEPS, window: int = 50
 def to_markdown(rows: list[dict], baseline: str, variant: str, window: int) -> str:
   lines = [
       f"# VI traces: {variant} against {baseline}", "",
-      f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at each step.",
+      (f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at "
+       "each step."),
       "", "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
       "|---|---|---|---|---|---|"
   ]

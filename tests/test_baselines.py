@@ -79,7 +79,7 @@ def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
   assert not glob.glob(str(tmp_path / "*.index"))
 
 
-# MNF ------------------------------------------------------------------------------------------------------------
+# MNF ----------------------------------------------------------------------------------------------
 
 
 def _flow(dimension=5, steps=2, hidden=7, seed=1):
@@ -153,7 +153,10 @@ def test_bound_pieces_against_direct_computation():
 
 
 def test_without_flows_and_noise_mnf_is_a_gaussian_mean_field_layer():
-  """z fixed at 1 (no flows, zero z variance): outputs and KL equal those of DenseReparameterization."""
+  """z fixed at 1: outputs and KL equal those of DenseReparameterization.
+
+  No flows, zero z variance.
+  """
   layer = _built_dense(use_flows=False)
   layer.z_loc.assign(tf.ones([5]))
   layer.untransformed_z_scale.assign(tf.fill([5], -30.0))
@@ -215,7 +218,7 @@ def test_mnf_training_reaches_every_variable_and_improves_the_bound():
   assert result.kl_trace[-50:].mean() < result.kl_trace[:50].mean()
 
 
-# Deep ensembles ---------------------------------------------------------------------------------------------------
+# Deep ensembles -----------------------------------------------------------------------------------
 
 
 def test_ensemble_members_start_different_and_match_their_own_layer():

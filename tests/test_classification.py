@@ -64,7 +64,8 @@ def test_batched_member_prediction_equals_the_whole_set():
 
 def test_member_metrics_average_the_members_own_scores():
   labels = np.array([0, 1])
-  # Member 0 is right on both examples with probability 0.8; member 1 wrong on both (0.2 on the label).
+  # Member 0 is right on both examples with probability 0.8; member 1 wrong on both (0.2 on the
+  # label).
   right = np.log([[0.8, 0.2], [0.2, 0.8]])
   wrong = np.log([[0.2, 0.8], [0.8, 0.2]])
   metrics = member_metrics(np.stack([right, wrong]), labels)

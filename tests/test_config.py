@@ -1,4 +1,7 @@
-"""Settings declared once: checks, flags, rerun identity, checkpoint settings records, stale temporaries."""
+"""Settings declared once.
+
+Checks, flags, rerun identity, checkpoint settings records, stale temporaries.
+"""
 import dataclasses
 import json
 import math
@@ -71,7 +74,7 @@ def test_shipped_configs_are_valid_and_fully_documented():
 
 
 def test_vi_checkpoints_ignore_refinement_and_other_methods_settings():
-  """The vi, refined_vi and vi_equal_compute runs share one VI checkpoint: only what shapes it counts.
+  """vi, refined_vi and vi_equal_compute runs share one VI checkpoint: only what shapes it counts.
 
   Mutation: counting method or num_samples in the VI identity breaks that sharing (the runs would
   refuse each other's checkpoint) and fails here; leaving seed or dataset out fails too."""

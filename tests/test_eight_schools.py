@@ -1,5 +1,5 @@
-"""Eight schools: the auxiliary decomposition leaves the prior unchanged; NUTS agrees with quadrature;
-the sample-based KL estimator is exact where it can be checked; the binary's outputs."""
+"""Eight schools: the auxiliary decomposition leaves the prior unchanged; NUTS agrees with
+quadrature; the sample-based KL estimator is exact where it can be checked; the binary's outputs."""
 import dataclasses
 import math
 import os
@@ -19,7 +19,10 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sample(program, names, num_draws, *args):
-  """Draws of the named random variables of an Edward2 program (one compiled program run per draw)."""
+  """Draws of the named random variables of an Edward2 program.
+
+  One compiled program run per draw.
+  """
   @tf.function
   def draw():
     with ed.tape() as tape:

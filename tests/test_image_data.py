@@ -1,4 +1,4 @@
-"""Image loaders: the real MNIST / Fashion-MNIST files, CIFAR-10 in both on-disk formats, bad files."""
+"""Image loaders: real MNIST / Fashion-MNIST files, CIFAR-10 in both on-disk formats, bad files."""
 import gzip
 import hashlib
 import os
@@ -100,7 +100,10 @@ def test_idx_reader_checks_magic_number_and_size(tmp_path):
 
 
 def _cifar_batch(rng, count):
-  """uint8 images [count, 32, 32, 3] and labels, with distinct constant channel offsets to check the layout."""
+  """uint8 images [count, 32, 32, 3] and labels.
+
+  The channels have distinct constant offsets, to check the layout.
+  """
   pictures = rng.integers(0, 50, size=(count, 32, 32, 3), dtype=np.uint8) + np.array([0, 100, 200],
                                                                                      np.uint8)
   return pictures, rng.integers(0, 10, size=count)

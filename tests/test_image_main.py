@@ -55,7 +55,8 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(
         lambda v: v.iloc[-5:].mean()).to_numpy()
     assert np.all(np.diff(ends) > 0)
-    # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the result.
+    # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the
+    # result.
     stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
     assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and list(stages.step) == [0, 20, 40, 60]
     assert stages.elbo_aux_mean.iloc[0] == pytest.approx(metrics["elbo_start_members"], rel=1e-6)
@@ -95,7 +96,10 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
 
 
 def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
-  """By default the ensemble gets [0, 1] pixels and Glorot kernels; the suite's VI protocol is a flag away."""
+  """By default the ensemble gets [0, 1] pixels and Glorot kernels.
+
+  The suite's VI protocol is a flag away.
+  """
   settings = {**TINY, "method": "deep_ensemble", "ensemble_steps": 30}
   paper = image_main.train_and_evaluate(ImageConfig(**settings), str(tmp_path / "paper"))
   vi_like = image_main.train_and_evaluate(
@@ -138,7 +142,7 @@ def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
 
 
 def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
-  """No CIFAR-10 copy exists here: the binary runs on files written in the real format (32x32x3 LeNet-5)."""
+  """No CIFAR-10 copy exists here: the binary runs on files in the real format (32x32x3 LeNet-5)."""
   from common import images
   images.write_synthetic_cifar10(str(tmp_path / "data" / "cifar10"), examples_per_batch=100, seed=0)
   config = ImageConfig(
@@ -182,7 +186,8 @@ def test_speed_benchmark_writes_its_measurements(tmp_path):
   assert measured["vi"]["measurement"] == "vi" and measured["vi"]["peak_memory_mb"] > 100
   assert measured["derived"]["vi_ms_per_step"] == pytest.approx(1000 *
                                                                 measured["vi"]["seconds_per_step"])
-  assert "refine" not in measured and "refinement_fraction_of_vi_training" not in measured["derived"]
+  assert ("refine" not in measured and
+          "refinement_fraction_of_vi_training" not in measured["derived"])
   assert measured["command"].endswith(f"--output_dir={tmp_path}") and measured["git_commit"]
   assert "| vi |" in (tmp_path / "speed.md").read_text()
   completed = subprocess.run([

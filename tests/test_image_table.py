@@ -25,7 +25,8 @@ def test_table_puts_the_paper_beside_ours_and_checks_the_claims(tmp_path):
                                           "elbo_aux": elbo_aux, "ece": 0.01, "brier": 0.02})
   outputs = table.write_tables(str(tmp_path), str(tmp_path))
   markdown = (tmp_path / "table.md").read_text()
-  assert "| mnist | not run | not run | not run | not run | -0.032 ± 0.000<br>(-0.032 ± 0.001)" in markdown
+  assert ("| mnist | not run | not run | not run | not run | "
+          "-0.032 ± 0.000<br>(-0.032 ± 0.001)" in markdown)
   assert "(-6,310.8 ± 42.4)" in markdown        # the paper's refined-VI ELBO
   checks = (tmp_path / "checks.md").read_text()
   assert "ELBO_aux >= ELBO (same run's VI model): 1 of 2 dataset-seed runs." in checks

@@ -1,4 +1,7 @@
-"""Bayesian layers: stochastic outputs with the right moments, exact KL, trainable scales, members."""
+"""Bayesian layers.
+
+Stochastic outputs with the right moments, exact KL, trainable scales, members.
+"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -70,7 +73,10 @@ LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]),
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
 def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_shape):
-  """per_batch: every example of a call sees the same weights; over calls, the outputs have q's moments."""
+  """per_batch: every example of a call sees the same weights.
+
+  Over calls, the outputs have q's moments.
+  """
   layer = make()
   rng = np.random.default_rng(5)
   x = tf.constant(rng.normal(size=x_shape), tf.float32)
@@ -110,7 +116,10 @@ def test_layers_in_a_container_take_the_mode_of_the_enclosing_scope():
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
 def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
-  """The Monte Carlo gradient of sum(outputs^2) matches the gradient of its closed form, sum(mean^2 + var)."""
+  """The Monte Carlo gradient of sum(outputs^2) matches the gradient of its closed form.
+
+  The closed form is sum(mean^2 + var).
+  """
   layer = make()
   x = tf.constant(np.random.default_rng(6).normal(size=x_shape), tf.float32)
   layer(x)

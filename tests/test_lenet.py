@@ -13,7 +13,10 @@ from image import lenet
 
 
 def _weights(height, channels):
-  """Weights and biases of LeNet-5 (SAME padding, two 2x2 poolings) on height x height x channels images."""
+  """Weights and biases of LeNet-5 on height x height x channels images.
+
+  SAME padding, two 2x2 poolings.
+  """
   flat = (height // 4) ** 2 * 120
   return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) +
           (84 * 10 + 10))
@@ -58,7 +61,7 @@ def test_member_convolution_is_each_members_own_convolution():
 
 
 def test_ensemble_takes_grey_scale_images_with_a_member_axis():
-  """Regression: a Keras Sequential squeezed the trailing channel axis of [M, B, 28, 28, 1] inputs."""
+  """Regression: Keras Sequential squeezed the trailing channel axis of [M, B, 28, 28, 1] inputs."""
   model = lenet.ensemble_lenet5(num_members=2, seed=0)
   assert model(tf.zeros([5, 28, 28, 1])).shape == (2, 5, 10)
   per_member = tf.random.stateless_normal([2, 5, 28, 28, 1], seed=[3, 4])
@@ -68,7 +71,10 @@ def test_ensemble_takes_grey_scale_images_with_a_member_axis():
 
 @pytest.mark.parametrize("initializer", lenet.ENSEMBLE_KERNEL_INITIALIZERS)
 def test_ensemble_kernels_have_the_chosen_initialisers_scale(initializer):
-  """He-normal: std sqrt(2 / fan_in); Glorot-uniform: sqrt(2 / (fan_in + fan_out)); the output layer is Glorot."""
+  """He-normal: std sqrt(2 / fan_in); Glorot-uniform: sqrt(2 / (fan_in + fan_out)).
+
+  The output layer is Glorot.
+  """
   model = lenet.ensemble_lenet5(num_members=3, seed=1, kernel_initializer=initializer)
   model(tf.zeros([1, 28, 28, 1]))
   kernels = [layer.kernel for layer in model.chain if hasattr(layer, "kernel")]
@@ -99,7 +105,7 @@ def test_mnf_lenet5_gives_logits_and_a_finite_bound_term():
 
 
 def _pattern_images(num_examples: int = 96, size: int = 12, num_classes: int = 3):
-  """Grey-scale images whose class is the brightest of `num_classes` horizontal bands, with noise."""
+  """Noisy grey-scale images whose class is the brightest of `num_classes` horizontal bands."""
   rng = np.random.default_rng(11)
   labels = rng.integers(0, num_classes, num_examples)
   images = rng.normal(0.0, 0.3, [num_examples, size, size, 1]).astype(np.float32)
@@ -118,8 +124,9 @@ def _every_variable_has_a_gradient(model, images, labels, kl_fn):
 
 
 def test_every_mean_field_lenet5_parameter_trains_and_the_kl_falls():
-  """The TF2 trap (a scale frozen at build time) on the image model: every posterior loc, posterior scale
-  and learned prior scale of every layer gets a gradient, the scales move and the KL falls in training."""
+  """The TF2 trap (a scale frozen at build time) on the image model: every posterior loc,
+  posterior scale and learned prior scale of every layer gets a gradient, the scales move and the
+  KL falls in training."""
   images, labels = _pattern_images()
   model = lenet.mean_field_lenet5(num_classes=3)
   model(images[:1])
@@ -139,8 +146,8 @@ def test_every_mean_field_lenet5_parameter_trains_and_the_kl_falls():
 
 
 def test_every_mnf_lenet5_variable_trains_and_the_bound_improves():
-  """MNF LeNet-5: the weights, the multiplicative noise's flow and the auxiliary reverse model all get
-  gradients, and training lowers the KL term and raises the bound."""
+  """MNF LeNet-5: the weights, the multiplicative noise's flow and the auxiliary reverse model all
+  get gradients, and training lowers the KL term and raises the bound."""
   images, labels = _pattern_images()
   model = lenet.mnf_lenet5(seed=0, num_classes=3)
   model(images[:1])

@@ -198,8 +198,9 @@ def test_trace_rises_like_a_staircase_on_average():
 
 
 def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples():
-  """The whole-dataset ELBO_aux after each stage (Figure 4 without minibatch noise) is a measurement only:
-  the refined samples, their trace and final ELBO_aux are bit-for-bit those of a run without it."""
+  """The whole-dataset ELBO_aux after each stage (Figure 4 without minibatch noise) is a measurement
+  only: the refined samples, their trace and final ELBO_aux are bit-for-bit those of a run without
+  it."""
   x, y = _toy_regression(256)
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64,

@@ -1,4 +1,7 @@
-"""The tilted Gaussian q(r) ∝ N(r; loc, scale²) h(r): density, sampling and gradients against direct quadrature."""
+"""The tilted Gaussian q(r) ∝ N(r; loc, scale²) h(r).
+
+Density, sampling and gradients against direct quadrature.
+"""
 import math
 
 import numpy as np
@@ -61,7 +64,8 @@ def test_normalizer_and_draws_match_direct_quadrature():
   draws = q.sample(np.random.default_rng(0).uniform(size=(3, 4000))).numpy()
   for i in range(3):
     normalizer = _quad(_direct(i))
-    # 256 nodes per grid part: ~2e-4 nats, under a tenth of the smallest ELBO standard error reported.
+    # 256 nodes per grid part: ~2e-4 nats, under a tenth of the smallest ELBO standard error
+    # reported.
     assert abs(q.log_normalizer.numpy()[i] - math.log(normalizer)) < 5e-4
     cdf = integrate.cumulative_trapezoid(_direct(i)(_NODES), _NODES, initial=0.0) / normalizer
     assert stats.kstest(draws[i], lambda x: np.interp(x, _NODES, cdf)).pvalue > 0.01

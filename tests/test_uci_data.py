@@ -1,4 +1,4 @@
-"""UCI loaders: checksums, local directories, downloads into the cache, splits and standardisation."""
+"""UCI loaders: checksums, local directories, downloads into the cache, splits, standardisation."""
 import os
 import shutil
 
@@ -58,7 +58,10 @@ def test_unknown_dataset_names_the_allowed_ones():
 
 @needs_data
 def test_downloads_are_verified_and_cached_atomically(tmp_path, monkeypatch):
-  """A file:// URL stands in for the network: the cache gets a verified copy, a bad one leaves nothing."""
+  """A file:// URL stands in for the network.
+
+  The cache gets a verified copy, a bad one leaves nothing.
+  """
   source = os.path.join(SHARED_UCI, "yacht_hydrodynamics", "data.txt")
   digest = data.DATASETS["yacht_hydrodynamics"].sha256["data.txt"]
   target = tmp_path / "cache" / "data.txt"

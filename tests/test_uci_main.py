@@ -1,4 +1,7 @@
-"""The UCI binary end to end on real data at tiny scale: every method, results files, resume, bad input."""
+"""The UCI binary end to end on real data at tiny scale.
+
+Every method, results files, resume, bad input.
+"""
 import dataclasses
 import json
 import math
@@ -38,7 +41,8 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   if method == "refined_vi":
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert results["timings"]["refine_seconds"] > 0
-  if method == "vi_equal_compute":  # Mutation: training zero extra steps (total = vi_steps) fails here.
+  if method == "vi_equal_compute":
+    # Mutation: training zero extra steps (total = vi_steps) fails here.
     assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40   # the steps taken, read off the trainer
   if method in ("mnf", "deep_ensemble", "vi"):
     assert "elbo_aux" not in metrics
@@ -56,8 +60,9 @@ def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
 
 
 def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
-  """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly -log 10
-  and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL unchanged) fail here."""
+  """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly
+  -log 10 and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL
+  unchanged) fail here."""
   from uci import data
   load = data.load
   config = UciConfig(method="vi", **{**TINY, "vi_steps": 200})
@@ -70,7 +75,7 @@ def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
 
 
 def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
-  """A seed-1 run pointed at seed 0's VI checkpoint or output directory stops with the differing flag.
+  """A seed-1 run given seed 0's VI checkpoint or output directory stops with the differing flag.
 
   Mutation: resuming without comparing the recorded settings (the bug this replaced: seed 0's model
   evaluated on seed 1's split) makes these pass silently and fails here."""
@@ -88,7 +93,8 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
   completed = _run(f"--output_dir={tmp_path / 's0'}", "--seed=2", *flags)
   assert completed.returncode == 2
   assert completed.stderr.strip().splitlines() == [
-      f"error: {tmp_path / 's0' / 'results.json'} was made with other settings: --seed=2 (recorded: 0); "
+      f"error: {tmp_path / 's0' / 'results.json'} was made with other settings: "
+      "--seed=2 (recorded: 0); "
       "use another --output_dir, or --replace_mismatched to rerun"
   ]
   same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
@@ -109,7 +115,8 @@ def test_help_lists_every_setting_with_its_help_text():
   completed = _run("--help")
   assert completed.returncode == 0
   for field in dataclasses.fields(UciConfig):
-    assert f"--{field.name}" in completed.stdout or f"--[no]{field.name}" in completed.stdout, field.name
+    assert (f"--{field.name}" in completed.stdout or
+            f"--[no]{field.name}" in completed.stdout), field.name
   assert "See UciConfig" not in completed.stdout
   assert "Adam steps of mean-field VI." in completed.stdout
 
@@ -148,7 +155,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
      ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
-  """Each bad value is refused before TensorFlow loads: the error line is the only line on stderr."""
+  """Each bad value is refused before TensorFlow loads: the error line is the only stderr line."""
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
@@ -175,7 +182,7 @@ def test_bad_data_is_a_runtime_error_without_results(tmp_path):
 
 
 def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path):
-  """run_table.sh: a refinement variant under a new output root reuses the VI checkpoints of another."""
+  """run_table.sh: a refinement variant in a new output root reuses another's VI checkpoints."""
   tiny_flags = [f"--{name}={value}" for name, value in TINY.items() if name != "dataset"]
 
   def run_table(*arguments, extra_flags=()):
@@ -189,7 +196,8 @@ def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path)
   assert "done yacht_hydrodynamics vi seed 0" in first.stdout, first.stdout + first.stderr
   second = run_table(f"--output_root={variant}", f"--vi_checkpoint_root={table}",
                      "--methods=refined_vi", extra_flags=["--refine_weight_noise=per_batch"])
-  assert "done yacht_hydrodynamics refined_vi seed 0" in second.stdout, second.stdout + second.stderr
+  assert "done yacht_hydrodynamics refined_vi seed 0" in second.stdout, (
+      second.stdout + second.stderr)
   results = json.loads((variant / "uci" / "yacht_hydrodynamics" / "refined_vi" / "seed_0" /
                         "results.json").read_text())
   assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]

@@ -85,7 +85,8 @@ def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():
                                                          names=["dataset", "seed"]))
   table = compare(baseline, variant)
   assert table.loc["wine", "seeds"] == 2 and table.loc["yacht", "seeds"] == 1
-  # Paired by seed, not by row order: wine differences are (-1.2 - -1.0, -0.9 - -1.2) = (-0.2, +0.3).
+  # Paired by seed, not by row order: wine differences are
+  # (-1.2 - -1.0, -0.9 - -1.2) = (-0.2, +0.3).
   assert table.loc["wine", "test_mll_difference"] == pytest.approx(0.05)
   assert table.loc["wine", "test_mll_difference_se"] == pytest.approx(
       np.std([-0.2, 0.3], ddof=1) / np.sqrt(2))

@@ -32,6 +32,7 @@ def knn_kl_divergence(p_samples: np.ndarray, q_samples: np.ndarray, k: int = 5) 
   nu = nu[:, k - 1] if k > 1 else nu
   if np.any(rho == 0):
     raise ValueError(
-        "P has repeated samples (zero nearest-neighbour distance); the estimator needs distinct points"
+        "P has repeated samples (zero nearest-neighbour distance); "
+        "the estimator needs distinct points"
     )
   return float(dimension * np.mean(np.log(nu / rho)) + np.log(m / (n - 1)))

@@ -1,4 +1,6 @@
-"""Eight schools (paper Sections 2.4-2.5, Figure 3): refinement with non-Gaussian auxiliaries against NUTS.
+"""Eight schools (paper Sections 2.4-2.5, Figure 3).
+
+Refinement with non-Gaussian auxiliaries against NUTS.
 
   python -m toy.eight_schools --output_dir=results/toy/eight_schools
 
@@ -26,10 +28,11 @@ To show what the sample-based estimate can resolve, the binary computes the
 same KL for 8 sets of M exact posterior draws (quadrature over (mu, log tau),
 theta | mu, tau Gaussian): metrics.kl_exact_draws_mean / _std, the grey band of
 figure_kl.png. At M = 1000 the committed run measured 0.010 ± 0.018 nats, the
-size of the differences between K. So the binary also reports metrics.kl_auxiliary_by_k = log p(y) - ELBO_aux,
-with log p(y) by quadrature: the exact KL(q_ref(a_1..K) || p(a_1..K | y)),
-an upper bound on the refined posterior's KL over all ten parameters, with a
-standard error of ~0.01. The refined draws go to samples.npz.
+size of the differences between K. So the binary also reports
+metrics.kl_auxiliary_by_k = log p(y) - ELBO_aux, with log p(y) by quadrature:
+the exact KL(q_ref(a_1..K) || p(a_1..K | y)), an upper bound on the refined
+posterior's KL over all ten parameters, with a standard error of ~0.01. The
+refined draws go to samples.npz.
 """
 from __future__ import annotations
 
@@ -57,8 +60,8 @@ EFFECTS = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 STANDARD_ERRORS = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 NUM_SCHOOLS = 8
 _NOISE_REPLICATES = 8   # sets of exact posterior draws that calibrate the sample-based KL
-# The unknowns split into auxiliaries: mu (Normal, scale 5), s_tau (Cauchy, scale 5; tau = |s_tau|) and the
-# standardised school effects eta (Normal, scale 1; theta = mu + tau * eta).
+# The unknowns split into auxiliaries: mu (Normal, scale 5), s_tau (Cauchy, scale 5;
+# tau = |s_tau|) and the standardised school effects eta (Normal, scale 1; theta = mu + tau * eta).
 BLOCKS = (StableBlock("mu", "normal", 5.0), StableBlock("s_tau", "cauchy", 5.0),
           StableBlock("eta", "normal", 1.0, (NUM_SCHOOLS,)))
 
@@ -73,7 +76,7 @@ def eight_schools():
 
 
 def auxiliary_eight_schools(num_auxiliary: int, num_fixed: Optional[int] = None):
-  """The model through K additive auxiliaries per unknown (paper Section 2.4), at refinement stage k.
+  """The model through K additive auxiliaries per unknown (paper Sec. 2.4), at refinement stage k.
 
   a_mu_k ~ N(0, 25/K), a_tau_k ~ Cauchy(0, 5/K), a_theta_k ~ N(0, 1/K) for the
   `num_fixed` = k auxiliaries already drawn; the other K - k of each sum to one
@@ -132,7 +135,10 @@ def noncentered_eight_schools(dtype: tf.DType = tf.float64):
 
 
 def nuts_target_log_prob_fn():
-  """log p(mu, tau, eta, y) from Edward2 (non-centred program, float64) on (mu, u = log tau, eta)."""
+  """log p(mu, tau, eta, y) from Edward2 on (mu, u = log tau, eta).
+
+  Edward2 runs the non-centred program, in float64.
+  """
   log_joint = ed.make_log_joint_fn(noncentered_eight_schools)
 
   def one(args):
@@ -206,7 +212,10 @@ def _posterior_grid(grid_size: int):
 
 
 def log_evidence_by_quadrature(grid_size: int = 1201) -> float:
-  """log p(y): the ceiling of every ELBO, so log p(y) - ELBO_aux is an exact KL (see train_and_evaluate)."""
+  """log p(y): the ceiling of every ELBO, so log p(y) - ELBO_aux is an exact KL.
+
+  See train_and_evaluate.
+  """
   mu, log_tau, log_joint = _posterior_grid(grid_size)
   shift = log_joint.max()
   return float(
@@ -227,8 +236,9 @@ def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
 
 def posterior_draws_by_quadrature(num_draws: int, seed: int,
                                   grid_size: int = 801) -> dict[str, np.ndarray]:
-  """Independent exact posterior draws: (mu, log tau) from the quadrature grid, uniform within a cell,
-  then theta_i | mu, tau, y ~ N((y_i / sigma_i^2 + mu / tau^2) / precision_i, 1 / precision_i).
+  """Independent exact posterior draws: (mu, log tau) from the quadrature grid, uniform within a
+  cell, then theta_i | mu, tau, y ~ N((y_i / sigma_i^2 + mu / tau^2) / precision_i,
+  1 / precision_i).
 
   A reference that needs no MCMC (the tests use it; the binary checks NUTS against it)."""
   rng = np.random.default_rng(seed)
@@ -248,7 +258,10 @@ def posterior_draws_by_quadrature(num_draws: int, seed: int,
 
 
 def as_features(mu, tau, theta) -> np.ndarray:
-  """(mu, log tau, theta_1..8): the space in which the KL is estimated (KL is invariant to the log)."""
+  """(mu, log tau, theta_1..8): the space in which the KL is estimated.
+
+  KL is invariant to the log.
+  """
   return np.column_stack([mu, np.log(tau), theta])
 
 
@@ -325,14 +338,16 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
                           for name, value in zip(("mu", "tau", "theta"), draws)})
   quadrature = posterior_means_by_quadrature()
   log_evidence = log_evidence_by_quadrature()
-  # The estimator's own spread at this M: the same KL for sets of M exact posterior draws (quadrature).
+  # The estimator's own spread at this M: the same KL for sets of M exact posterior draws
+  # (quadrature).
   exact_kl = []
   for replicate in range(_NOISE_REPLICATES):
     exact = posterior_draws_by_quadrature(config.num_samples, seed=config.seed * 1000 + replicate)
     exact_kl.append(knn_kl_divergence(np.column_stack([exact["theta"][:, 0], np.log(exact["tau"])]),
                                       reference[:, [2, 1]], k=config.knn_k))
-  # ELBO_aux = log p(y) - KL(q_ref(a_1..K) || p(a_1..K | y)): an exact KL in the auxiliaries' space, which
-  # bounds the refined posterior's KL over (mu, tau, theta) from above (Proposition 1's first inequality).
+  # ELBO_aux = log p(y) - KL(q_ref(a_1..K) || p(a_1..K | y)): an exact KL in the auxiliaries'
+  # space, which bounds the refined posterior's KL over (mu, tau, theta) from above
+  # (Proposition 1's first inequality).
   kl_auxiliary = {k: log_evidence - value for k, value in elbo_aux.items()}
   _figures(refined, nuts, kl, exact_kl, kl_auxiliary, elbo_aux_std, output_dir)
   metrics = {
@@ -363,8 +378,9 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
 
 def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: dict,
              elbo_aux_std: dict, output_dir: str) -> None:
-  """Figure 3 left (theta_1 against log tau: NUTS, then every K) and right (KL against K: the sample-based
-  estimate to NUTS with the band exact posterior draws give, and log p(y) - ELBO_aux with two standard errors)."""
+  """Figure 3 left (theta_1 against log tau: NUTS, then every K) and right (KL against K: the
+  sample-based estimate to NUTS with the band exact posterior draws give, and log p(y) - ELBO_aux
+  with two standard errors)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt

