@@ -36,8 +36,8 @@ def conv_arguments(filters, kernel_size, padding: str) -> tuple[int, tuple[int, 
 
 
 def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) -> tf.Tensor:
-  """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels (member m with kernel m) as one grouped
-  convolution, -> [M, B, H', W', F]."""
+  """Convolves [M, B, H, W, C] inputs with [M, h, w, C, F] kernels (member m with kernel m) as one
+  grouped convolution, -> [M, B, H', W', F]."""
   members, channels, filters = kernels.shape[0], kernels.shape[-2], kernels.shape[-1]
   batch_shape = tf.shape(inputs)
   grouped_inputs = tf.reshape(tf.transpose(inputs, [1, 2, 3, 0, 4]),
@@ -53,7 +53,8 @@ def member_conv2d(inputs: tf.Tensor, kernels: tf.Tensor, strides, padding: str) 
 class MaxPool2D(tf_keras.layers.Layer):
   """2-D max-pooling of [..., H, W, C] inputs with any number of leading (member, batch) axes."""
 
-  def __init__(self, pool_size: int = 2, strides: Optional[int] = None, padding: str = "VALID", **kwargs):
+  def __init__(self, pool_size: int = 2, strides: Optional[int] = None, padding: str = "VALID",
+               **kwargs):
     super().__init__(**kwargs)
     self.pool_size, self.strides = pool_size, strides or pool_size
     self.padding = padding_argument(padding)
@@ -106,10 +107,11 @@ class MeanFieldLayer(tf_keras.layers.Layer):
     self._parameters: list[GaussianMeanField] = []
 
   def _add_mean_field(self, name: str, shape: Sequence[int], loc_initializer) -> GaussianMeanField:
-    parameter = GaussianMeanField(
-        shape, num_members=self.num_members, prior_scale=self.prior_scale,
-        trainable_prior_scale=self.trainable_prior_scale, loc_initializer=loc_initializer,
-        untransformed_scale_init=self.untransformed_scale_init, add_weight=self.add_weight, dtype=self.dtype, name=name)
+    parameter = GaussianMeanField(shape, num_members=self.num_members, prior_scale=self.prior_scale,
+                                  trainable_prior_scale=self.trainable_prior_scale,
+                                  loc_initializer=loc_initializer,
+                                  untransformed_scale_init=self.untransformed_scale_init,
+                                  add_weight=self.add_weight, dtype=self.dtype, name=name)
     self._parameters.append(parameter)
     return parameter
 
@@ -129,7 +131,8 @@ class MeanFieldLayer(tf_keras.layers.Layer):
     if self.num_members is None:
       return inputs
     if inputs.shape.rank == event_rank + 1:
-      return tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
+      return tf.broadcast_to(inputs[tf.newaxis],
+                             tf.concat([[self.num_members], tf.shape(inputs)], 0))
     if inputs.shape.rank == event_rank + 2:
       if inputs.shape[0] is not None and inputs.shape[0] != self.num_members:
         raise ValueError(f"{self.name}: input member axis has size {inputs.shape[0]}, "
@@ -168,9 +171,10 @@ class DenseReparameterization(MeanFieldLayer):
     super().build(input_shape)
 
   def _member_matmul(self, inputs: tf.Tensor, kernels: tf.Tensor) -> tf.Tensor:
-    """[M, batch, units] products of [batch, in] (shared) or [M, batch, in] inputs with [M, in, units] kernels.
+    """[M, batch, units] products of inputs with [M, in, units] kernels.
 
-    A (broadcasting) batched matmul: on CPU several times faster than the equivalent einsum.
+    The inputs are [batch, in] (shared) or [M, batch, in]. A (broadcasting) batched matmul: on
+    CPU several times faster than the equivalent einsum.
     """
     return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
 
@@ -185,7 +189,8 @@ class DenseReparameterization(MeanFieldLayer):
       variance = tf.matmul(tf.square(inputs), self.kernel.posterior_variance)
     else:
       if inputs.shape.rank != 2:
-        inputs = self._with_member_axis(inputs, 1)   # checks the member axis (shared inputs broadcast in the matmul)
+        inputs = self._with_member_axis(
+            inputs, 1)  # checks the member axis (shared inputs broadcast in the matmul)
       mean = self._member_matmul(inputs, self.kernel.posterior_loc)
       variance = self._member_matmul(tf.square(inputs), self.kernel.posterior_variance)
     if self.bias is not None:
@@ -243,7 +248,8 @@ class Conv2DFlipout(MeanFieldLayer):
     if resolve_weight_noise(weight_noise) == "per_batch":
       outputs = self._convolve(inputs, self._weight_sample(self.kernel))
       bias = self._weight_sample(self.bias)
-      return self.activation(outputs + (bias if self.num_members is None else bias[:, None, None, None]))
+      return self.activation(outputs +
+                             (bias if self.num_members is None else bias[:, None, None, None]))
     member_axis = 0 if self.num_members is None else 1
     batch = tf.shape(inputs)[member_axis]
     kernel_noise = self.noise.normal(self.kernel.event_shape, self.dtype)

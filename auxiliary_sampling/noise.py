@@ -16,7 +16,7 @@ AddWeight = Callable[..., tf.Variable]
 
 
 def derived_seed(*keys: int) -> int:
-  """A well-mixed 31-bit seed from a tuple of non-negative integers (run seed, stream, member...)."""
+  """A well-mixed 31-bit seed from a tuple of non-negative integers: run seed, stream, member..."""
   return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] >> 1)
 
 
@@ -45,12 +45,14 @@ class MemberNoise(tf.Module):
     self.total_members = window if total_members is None else int(total_members)
     self.member_offset = int(member_offset)
     if self.member_offset < 0 or self.member_offset + window > self.total_members:
-      raise ValueError(f"member window [{self.member_offset}, {self.member_offset + window}) does not "
-                       f"fit in {self.total_members} members")
+      raise ValueError(
+          f"member window [{self.member_offset}, {self.member_offset + window}) does not "
+          f"fit in {self.total_members} members")
     initial_seed = np.int64(np.random.randint(0, 2**31 - 1))
     self.seed = add_weight(
         name=f"{name}_seed", shape=[], dtype=tf.int64,
-        initializer=lambda shape, dtype=None, **_: tf.constant(initial_seed, tf.int64), trainable=False)
+        initializer=lambda shape, dtype=None, **_: tf.constant(initial_seed, tf.int64),
+        trainable=False)
     self.counter = add_weight(
         name=f"{name}_counter", shape=[], dtype=tf.int64,
         initializer=lambda shape, dtype=None, **_: tf.zeros(shape, tf.int64), trainable=False)

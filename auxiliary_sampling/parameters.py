@@ -63,8 +63,8 @@ class GaussianMeanField(tf.Module):
         initializer=_constant_initializer(untransformed_scale_init), trainable=True)
     self.untransformed_prior_scale = add_weight(
         name=f"{name}_untransformed_prior_scale", shape=prior_shape, dtype=dtype,
-        initializer=_constant_initializer(float(tfp.math.softplus_inverse(np.float64(prior_scale)))),
-        trainable=trainable_prior_scale)
+        initializer=_constant_initializer(float(tfp.math.softplus_inverse(
+            np.float64(prior_scale)))), trainable=trainable_prior_scale)
     self.conditional_prior_loc = add_weight(
         name=f"{name}_conditional_prior_loc", shape=full_shape, dtype=dtype,
         initializer=_constant_initializer(0.0), trainable=False)

@@ -11,7 +11,10 @@ import tensorflow as tf
 
 
 def posterior_draws(model, inputs, num_draws: int) -> tf.Tensor:
-  """[num_draws, batch, ...] outputs of a model without a member axis, fresh weights in every call."""
+  """[num_draws, batch, ...] outputs of a model without a member axis.
+
+  Fresh weights in every call.
+  """
   return tf.stack([model(inputs) for _ in range(num_draws)])
 
 

@@ -44,7 +44,8 @@ def _copy_broadcast(source: tf.Variable, target: tf.Variable, what: str) -> None
     target.assign(source)
   elif target_shape[1:] == source_shape:
     target.assign(tf.broadcast_to(source[tf.newaxis], target_shape))
-  elif len(source_shape) == len(target_shape) and source_shape[0] == 1 and source_shape[1:] == target_shape[1:]:
+  elif len(source_shape) == len(
+      target_shape) and source_shape[0] == 1 and source_shape[1:] == target_shape[1:]:
     target.assign(tf.broadcast_to(source, target_shape))
   else:
     raise ValueError(f"shape mismatch for {what}: {list(source_shape)} in the trained model, "
@@ -58,22 +59,26 @@ def load_trained_state(trained_model: tf.Module, members: tf.Module) -> None:
   Mean-field parameters are matched in construction order; so are the other
   trainable variables (for example a learned noise scale).
   """
-  source_parameters, target_parameters = mean_field_parameters(trained_model), mean_field_parameters(members)
+  source_parameters, target_parameters = mean_field_parameters(
+      trained_model), mean_field_parameters(members)
   if len(source_parameters) != len(target_parameters):
-    raise ValueError(f"the trained model has {len(source_parameters)} mean-field parameters, the model "
-                     f"to refine has {len(target_parameters)}: they must be the same architecture")
+    raise ValueError(
+        f"the trained model has {len(source_parameters)} mean-field parameters, the model "
+        f"to refine has {len(target_parameters)}: they must be the same architecture")
   for index, (source, target) in enumerate(zip(source_parameters, target_parameters)):
     if source.event_shape != target.event_shape:
-      raise ValueError(f"shape mismatch for mean-field parameter {index} ({source.name}): "
-                       f"{list(source.event_shape)} in the trained model, {list(target.event_shape)} "
-                       "in the model to refine")
+      raise ValueError(
+          f"shape mismatch for mean-field parameter {index} ({source.name}): "
+          f"{list(source.event_shape)} in the trained model, {list(target.event_shape)} "
+          "in the model to refine")
     for source_variable, target_variable in zip(source.state_variables, target.state_variables):
       _copy_broadcast(source_variable, target_variable, f"{source.name}/{source_variable.name}")
   source_others = _other_trainable_variables(trained_model, source_parameters)
   target_others = _other_trainable_variables(members, target_parameters)
   if len(source_others) != len(target_others):
-    raise ValueError(f"the trained model has {len(source_others)} other trainable variables, the model "
-                     f"to refine has {len(target_others)}")
+    raise ValueError(
+        f"the trained model has {len(source_others)} other trainable variables, the model "
+        f"to refine has {len(target_others)}")
   for source_variable, target_variable in zip(source_others, target_others):
     _copy_broadcast(source_variable, target_variable, source_variable.name)
 
@@ -83,8 +88,12 @@ def _other_trainable_variables(model, parameters: list[GaussianMeanField]) -> li
   return [v for v in model.trainable_variables if id(v) not in owned]
 
 
-def seed_member_streams(model: tf.Module, seed: int, total_members: int, member_offset: int = 0) -> None:
-  """Seeds every layer's noise; the model's members are rows [member_offset, ...) of `total_members`."""
+def seed_member_streams(model: tf.Module, seed: int, total_members: int,
+                        member_offset: int = 0) -> None:
+  """Seeds every layer's noise.
+
+  The model's members are rows [member_offset, ...) of `total_members`.
+  """
   noisy_layers = [layer for layer in layers_of(model) if isinstance(layer, MeanFieldLayer)]
   for layer_index, layer in enumerate(noisy_layers):
     layer.noise.set_member_window(total_members, member_offset)
@@ -95,7 +104,9 @@ def seed_member_streams(model: tf.Module, seed: int, total_members: int, member_
 def _rewound_noise(model: tf.Module) -> Iterator[None]:
   """Restores the counters of the model's noise streams after the body, so that a measurement taken
   inside it leaves every later draw (and so the refinement's result) exactly as without it."""
-  counters = [layer.noise.counter for layer in layers_of(model) if isinstance(layer, MeanFieldLayer)]
+  counters = [
+      layer.noise.counter for layer in layers_of(model) if isinstance(layer, MeanFieldLayer)
+  ]
   saved = [counter.numpy() for counter in counters]
   try:
     yield
@@ -109,8 +120,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            schedule: Optional[AuxiliarySchedule] = None, steps_per_auxiliary: int = 200,
            learning_rate_rule: str = "paper", learning_rates: Optional[list[float]] = None,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
-           total_members: Optional[int] = None, elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
-           weight_noise: str = "per_example", stage_elbo_aux: bool = False) -> RefinementResult:
+           total_members: Optional[int] = None, elbo_batch_size: int = 1024,
+           elbo_num_samples: int = 1, weight_noise: str = "per_example",
+           stage_elbo_aux: bool = False) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -182,7 +194,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
                   for p in parameters]
     return tf.add_n(log_ratios)
 
-  initial_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size, elbo_num_samples)
+  initial_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
+                               elbo_num_samples)
   maximizer = ElboMaximizer(
       members, inputs, labels, log_likelihood_fn,
       variables=[v for p in parameters for v in p.posterior_variables],
@@ -191,7 +204,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   log_ratios, traces, stage_values = [], [], []
   stage_seconds = 0.0
   optimise_started = time.perf_counter()
-  for stage, (fraction, learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
+  for stage, (fraction,
+              learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
     # Both fractions in float64, exact remainder included: the model casts them to its dtype.
     log_ratio = condition(tf.constant(fraction, tf.float64),
                           tf.constant(schedule.remaining_fraction(stage), tf.float64))
@@ -201,20 +215,23 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     if steps_per_auxiliary:
       traces.append(maximizer.maximize(steps_per_auxiliary, learning_rate,
                                        elbo_offset=cumulative_log_ratio, reset_optimizer=True))
-    if stage_elbo_aux and stage < schedule.num_auxiliary:   # the last stage's is the final estimate below
+    # The last stage's is the final estimate below.
+    if stage_elbo_aux and stage < schedule.num_auxiliary:
       measured = time.perf_counter()
       with _rewound_noise(members):
-        stage_values.append(estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
-                                          elbo_num_samples) - cumulative_log_ratio)
+        stage_values.append(
+            estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
+                          elbo_num_samples) - cumulative_log_ratio)
       stage_seconds += time.perf_counter() - measured
   refine_seconds = time.perf_counter() - optimise_started - stage_seconds
-  final_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size, elbo_num_samples)
+  final_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
+                             elbo_num_samples)
   elbo_aux = final_elbo - cumulative_log_ratio
   trace = np.concatenate(traces) if traces else np.zeros([0, num_samples], np.float32)
   timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
   if stage_elbo_aux:
     timings["stage_elbo_seconds"] = stage_seconds
   return RefinementResult(
-      model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo,
-      log_ratios=np.stack(log_ratios), trace=trace, learning_rates=list(learning_rates), timings=timings,
+      model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo, log_ratios=np.stack(log_ratios),
+      trace=trace, learning_rates=list(learning_rates), timings=timings,
       stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None)

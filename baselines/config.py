@@ -24,25 +24,32 @@ VI, EXTRA_VI, MNF, ENSEMBLE = "vi", "extra_vi", "mnf", "deep_ensemble"
 class MethodConfig(Config):
   """What `baselines.methods.train_method` needs, whatever the benchmark."""
 
-  method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS, shapes=RESULTS)
-  seed: int = setting(0, "Seed of the split, the initialisation and every random stream.", minimum=0)
+  method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS,
+                        shapes=RESULTS)
+  seed: int = setting(0, "Seed of the split, the initialisation and every random stream.",
+                      minimum=0)
   batch_size: int = setting(256, "Minibatch size of every Adam step.", minimum=1)
   learning_rate: float = setting(1e-3, "Adam learning rate of VI, MNF and the ensemble.", above=0)
   vi_steps: int = setting(30_000, "Adam steps of mean-field VI.", minimum=1, shapes=(EXTRA_VI,))
   empirical_bayes_prior: bool = setting(
-      True, "Learn one prior scale per weight tensor (else a fixed N(0, 1) prior).", shapes=(VI, EXTRA_VI))
-  num_samples: int = setting(10, "M: posterior samples (refined samples) in the predictive.", minimum=1,
-                             shapes=RESULTS)
-  num_auxiliary: int = setting(5, "K: auxiliary variables per refined sample.", minimum=1, shapes=RESULTS)
-  variance_ratio: float = setting(0.7, "Each auxiliary variable's share of the remaining prior variance.",
-                                  above=0, below=1, shapes=RESULTS)
-  steps_per_auxiliary: int = setting(200, "T: Adam steps of refinement after each auxiliary variable.",
+      True, "Learn one prior scale per weight tensor (else a fixed N(0, 1) prior).",
+      shapes=(VI, EXTRA_VI))
+  num_samples: int = setting(10, "M: posterior samples (refined samples) in the predictive.",
+                             minimum=1, shapes=RESULTS)
+  num_auxiliary: int = setting(5, "K: auxiliary variables per refined sample.", minimum=1,
+                               shapes=RESULTS)
+  variance_ratio: float = setting(
+      0.7, "Each auxiliary variable's share of the remaining prior variance.", above=0, below=1,
+      shapes=RESULTS)
+  steps_per_auxiliary: int = setting(200,
+                                     "T: Adam steps of refinement after each auxiliary variable.",
                                      minimum=0, shapes=RESULTS)
   refine_learning_rate_rule: str = setting(
       "paper", "Refinement learning rates: paper (1e-3 scaled by the conditional prior's std) or "
       "authors_code (the public code's 1e-5 rule).", choices=LEARNING_RATE_RULES, shapes=RESULTS)
   refine_weight_noise: str = setting(
-      "per_example", "Refinement's weight noise: per_example (local reparameterisation, Flipout) or "
+      "per_example",
+      "Refinement's weight noise: per_example (local reparameterisation, Flipout) or "
       "per_batch (one weight draw per member and step: faster, noisier).", choices=WEIGHT_NOISE,
       shapes=RESULTS)
   equal_compute_steps: int = setting(
@@ -51,19 +58,25 @@ class MethodConfig(Config):
   elbo_num_samples: int = setting(10, "Posterior draws per example in the whole-training-set ELBO.",
                                   minimum=1, shapes=RESULTS)
   stage_elbo_aux: bool = setting(
-      False, "refined_vi: whole-training-set ELBO_aux after every stage (Figure 4 without minibatch noise; "
-      "the refined samples are unchanged).", shapes=RESULTS)
+      False,
+      "refined_vi: whole-training-set ELBO_aux after every stage (Figure 4 without minibatch "
+      "noise; the refined samples are unchanged).", shapes=RESULTS)
   mnf_steps: int = setting(30_000, "Adam steps of MNF.", minimum=1, shapes=RESULTS)
-  ensemble_members: int = setting(10, "Members of the deep ensemble.", minimum=1, shapes=(ENSEMBLE,))
-  ensemble_steps: int = setting(5_000, "Adam steps of every ensemble member.", minimum=1, shapes=RESULTS)
+  ensemble_members: int = setting(10, "Members of the deep ensemble.", minimum=1,
+                                  shapes=(ENSEMBLE,))
+  ensemble_steps: int = setting(5_000, "Adam steps of every ensemble member.", minimum=1,
+                                shapes=RESULTS)
   adversarial_epsilon: float = setting(
       0.01, "Deep ensemble: size of the adversarial input perturbation (0: none).", minimum=0,
       shapes=(ENSEMBLE,))
   vi_checkpoint_dir: Optional[str] = setting(
-      None, "VI checkpoint directory, shared by the vi, refined_vi and vi_equal_compute runs of one "
-      "dataset and seed so that the mean-field model is trained once (default: under --output_dir).",
+      None,
+      "VI checkpoint directory, shared by the vi, refined_vi and vi_equal_compute runs of one "
+      "dataset and seed so that the mean-field model is trained once (default: under "
+      "--output_dir).",
       shapes=NOTHING)
-  steps_per_checkpoint: int = setting(5_000, "Training steps between checkpoints (and progress lines).",
+  steps_per_checkpoint: int = setting(5_000,
+                                      "Training steps between checkpoints (and progress lines).",
                                       minimum=1, shapes=NOTHING)
 
   def check(self) -> None:

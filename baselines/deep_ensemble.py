@@ -27,18 +27,25 @@ VARIANCE_FLOOR = 1e-6
 
 
 def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
-  """An initializer of [M, *member_shape] that draws each member as a separate layer would, from its own seed."""
+  """An initializer of [M, *member_shape].
+
+  It draws each member as a separate layer would, from its own seed.
+  """
   config = initializer.get_config()
 
   def initialize(shape, dtype=None):
     member_initializers = [type(initializer).from_config({**config, "seed": derived_seed(seed, m)})
                            for m in range(shape[0])]
-    return tf.stack([member_initializer(member_shape, dtype) for member_initializer in member_initializers])
+    return tf.stack(
+        [member_initializer(member_shape, dtype) for member_initializer in member_initializers])
   return initialize
 
 
 class MemberDense(tf_keras.layers.Layer):
-  """A dense layer with an independent kernel and bias per member: [M?, batch, in] -> [M, batch, out]."""
+  """A dense layer with an independent kernel and bias per member.
+
+  [M?, batch, in] -> [M, batch, out].
+  """
 
   def __init__(self, units: int, num_members: int, activation=None, kernel_initializer="he_normal",
                seed: Optional[int] = None, **kwargs):
@@ -53,24 +60,32 @@ class MemberDense(tf_keras.layers.Layer):
     input_dim = int(input_shape[-1])
     self.kernel = self.add_weight(
         name="kernel", shape=[self.num_members, input_dim, self.units],
-        initializer=independent_member_initializer(self.kernel_initializer, self.seed, [input_dim, self.units]))
-    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.units], initializer="zeros")
+        initializer=independent_member_initializer(self.kernel_initializer, self.seed,
+                                                   [input_dim, self.units]))
+    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.units],
+                                initializer="zeros")
     super().build(input_shape)
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     if inputs.shape.rank == 2:
-      inputs = tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
+      inputs = tf.broadcast_to(inputs[tf.newaxis],
+                               tf.concat([[self.num_members], tf.shape(inputs)], 0))
     elif inputs.shape.rank != 3:
-      raise ValueError(f"{self.name}: expected [batch, in] or [members, batch, in] inputs, got {inputs.shape}")
+      raise ValueError(
+          f"{self.name}: expected [batch, in] or [members, batch, in] inputs, got {inputs.shape}")
     return self.activation(tf.matmul(inputs, self.kernel) + self.bias[:, tf.newaxis, :])
 
 
 class MemberConv2D(tf_keras.layers.Layer):
-  """A 2-D convolution (NHWC) with an independent kernel and bias per member: [M?, B, H, W, C] -> [M, B, H', W', F]."""
+  """A 2-D convolution (NHWC) with an independent kernel and bias per member.
+
+  [M?, B, H, W, C] -> [M, B, H', W', F].
+  """
 
   def __init__(self, filters: int, kernel_size, num_members: int, strides=1, padding: str = "SAME",
-               activation=None, kernel_initializer="he_normal", seed: Optional[int] = None, **kwargs):
+               activation=None, kernel_initializer="he_normal", seed: Optional[int] = None,
+               **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
     self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
@@ -82,17 +97,21 @@ class MemberConv2D(tf_keras.layers.Layer):
     member_shape = list(self.kernel_size) + [int(input_shape[-1]), self.filters]
     self.kernel = self.add_weight(
         name="kernel", shape=[self.num_members] + member_shape,
-        initializer=independent_member_initializer(self.kernel_initializer, self.seed, member_shape))
-    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.filters], initializer="zeros")
+        initializer=independent_member_initializer(self.kernel_initializer, self.seed,
+                                                   member_shape))
+    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.filters],
+                                initializer="zeros")
     super().build(input_shape)
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     if inputs.shape.rank == 4:
-      inputs = tf.broadcast_to(inputs[tf.newaxis], tf.concat([[self.num_members], tf.shape(inputs)], 0))
+      inputs = tf.broadcast_to(inputs[tf.newaxis],
+                               tf.concat([[self.num_members], tf.shape(inputs)], 0))
     elif inputs.shape.rank != 5:
-      raise ValueError(f"{self.name}: expected [batch, H, W, C] or [members, batch, H, W, C] inputs, "
-                       f"got {inputs.shape}")
+      raise ValueError(
+          f"{self.name}: expected [batch, H, W, C] or [members, batch, H, W, C] inputs, "
+          f"got {inputs.shape}")
     outputs = member_conv2d(inputs, self.kernel, self.strides, self.padding)
     return self.activation(outputs + self.bias[:, None, None, None, :])
 
@@ -108,8 +127,10 @@ class HeteroscedasticGaussianHead(tf_keras.layers.Layer):
 def regression_ensemble(num_members: int = 10, hidden_units: int = 50, num_hidden_layers: int = 1,
                         seed: int = 0) -> tf_keras.Model:
   """The paper's UCI network as an ensemble: ReLU hidden layers, heteroscedastic Gaussian output."""
-  layers = [MemberDense(hidden_units, num_members, activation="relu", seed=derived_seed(seed, layer))
-            for layer in range(num_hidden_layers)]
+  layers = [
+      MemberDense(hidden_units, num_members, activation="relu", seed=derived_seed(seed, layer))
+      for layer in range(num_hidden_layers)
+  ]
   layers += [MemberDense(2, num_members, kernel_initializer="glorot_uniform",
                          seed=derived_seed(seed, num_hidden_layers)), HeteroscedasticGaussianHead()]
   return tf_keras.Sequential(layers)
@@ -135,17 +156,18 @@ class AdversarialMaximizer(ElboMaximizer):
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(inputs)
       clean = self.log_likelihood_fn(labels, self.model_outputs(inputs))
-    adversarial_inputs = tf.stop_gradient(inputs - self.epsilon * tf.sign(tape.gradient(clean, inputs)))
+    adversarial_inputs = tf.stop_gradient(inputs -
+                                          self.epsilon * tf.sign(tape.gradient(clean, inputs)))
     adversarial = self.log_likelihood_fn(labels, self.model_outputs(adversarial_inputs))
     return self.num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
 
 
-def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
-                        num_members: int, num_steps: int = 5000, learning_rate: float = 1e-3,
+def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
+                        *, num_members: int, num_steps: int = 5000, learning_rate: float = 1e-3,
                         batch_size: int = 256, epsilon: float = 0.01, seed: int = 0,
                         checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                         steps_per_checkpoint: int = 5000) -> TrainingResult:
-  """Trains all members of `model` together, each on its own minibatches, for `num_steps` steps each.
+  """Trains all members of `model` together, each on its own minibatches, `num_steps` steps each.
 
   The trace holds each member's objective N * mean[log p(y|x) + log p(y|x_adv)].
   """
@@ -155,6 +177,6 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
   maximizer = AdversarialMaximizer(
       model, inputs, labels, log_likelihood_fn, model.trainable_variables, batch_size=batch_size,
       data_seed=seed, kl_fn=lambda: zero_kl, member_batches=num_members, epsilon=epsilon)
-  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
-                                  name="deep_ensemble")
+  training = CheckpointedTraining(maximizer, learning_rate,
+                                  steps_per_checkpoint=steps_per_checkpoint, name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

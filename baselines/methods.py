@@ -27,7 +27,8 @@ from baselines.vi_family import run_vi_family
 class Networks:
   """A benchmark's architectures, one builder per kind of method."""
 
-  mean_field: Callable[[Optional[int]], tf.Module]   # num_members (None: no member axis) -> VI network
+  mean_field: Callable[[Optional[int]],
+                       tf.Module]  # num_members (None: no member axis) -> VI network
   mnf: Callable[[], tf.Module]                       # -> MNF network
   ensemble: Callable[[int], tf.Module]               # num_members -> ensemble with a member axis
 
@@ -36,7 +37,7 @@ class Networks:
 class MethodRun:
   """A trained method: the networks it predicts with, metrics so far, timings."""
 
-  sample_outputs: Callable[[tf.Tensor], tf.Tensor]   # inputs -> [M, batch, ...] outputs of M samples
+  sample_outputs: Callable[[tf.Tensor], tf.Tensor]  # inputs -> [M, batch, ...] outputs of M samples
   models: list[tf.Module]                             # the trained networks (for benchmark metrics)
   metrics: dict
   timings: dict
@@ -58,17 +59,19 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
   """Trains `config.method` on (inputs, labels) and returns its predictive samples."""
   summaries = os.path.join(output_dir, "summaries")
   if config.method in VI_FAMILY:
-    run = run_vi_family(config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
-                        checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir))
+    run = run_vi_family(
+        config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
+        checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir))
     return MethodRun(sample_outputs=run.sample_outputs, models=[run.model], metrics=run.metrics,
                      timings=run.timings, refinement=run.refinement)
   if config.method == "mnf":
     model = networks.mnf()
-    training = mnf.train_mnf(
-        model, inputs, labels, log_likelihood_fn, num_steps=config.mnf_steps,
-        learning_rate=config.learning_rate, batch_size=config.batch_size, seed=config.seed,
-        checkpoint_dir=checkpoint_dir_of(config, MNF, output_dir), summary_dir=os.path.join(summaries, MNF),
-        steps_per_checkpoint=config.steps_per_checkpoint)
+    training = mnf.train_mnf(model, inputs, labels, log_likelihood_fn, num_steps=config.mnf_steps,
+                             learning_rate=config.learning_rate, batch_size=config.batch_size,
+                             seed=config.seed,
+                             checkpoint_dir=checkpoint_dir_of(config, MNF, output_dir),
+                             summary_dir=os.path.join(summaries, MNF),
+                             steps_per_checkpoint=config.steps_per_checkpoint)
 
     def sample_outputs(batch):
       return posterior_draws(model, batch, config.num_samples)
@@ -76,10 +79,11 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
     model = networks.ensemble(config.ensemble_members)
     training = deep_ensemble.train_deep_ensemble(
         model, inputs, labels, log_likelihood_fn, num_members=config.ensemble_members,
-        num_steps=config.ensemble_steps, learning_rate=config.learning_rate, batch_size=config.batch_size,
-        epsilon=config.adversarial_epsilon, seed=config.seed,
-        checkpoint_dir=checkpoint_dir_of(config, ENSEMBLE, output_dir),
-        summary_dir=os.path.join(summaries, ENSEMBLE), steps_per_checkpoint=config.steps_per_checkpoint)
+        num_steps=config.ensemble_steps, learning_rate=config.learning_rate,
+        batch_size=config.batch_size, epsilon=config.adversarial_epsilon, seed=config.seed,
+        checkpoint_dir=checkpoint_dir_of(config, ENSEMBLE,
+                                         output_dir), summary_dir=os.path.join(summaries, ENSEMBLE),
+        steps_per_checkpoint=config.steps_per_checkpoint)
     sample_outputs = model
   else:
     raise ValueError(f"unknown method {config.method!r}")

@@ -64,7 +64,8 @@ class MaskedCouplingFlow(tf_keras.layers.Layer):
   identity. `as_bijector()` gives the same map as tfp bijectors.
   """
 
-  def __init__(self, dimension: int, num_steps: int, hidden_units: int, rng: np.random.Generator, **kwargs):
+  def __init__(self, dimension: int, num_steps: int, hidden_units: int, rng: np.random.Generator,
+               **kwargs):
     super().__init__(**kwargs)
     self.dimension = dimension
     self.masks: list[np.ndarray] = []
@@ -74,17 +75,22 @@ class MaskedCouplingFlow(tf_keras.layers.Layer):
     for step in range(num_steps):
       initializer = tf_keras.initializers.GlorotUniform(seed=int(rng.integers(2**31 - 1)))
       self.masks.append(coupling_mask(dimension, rng).astype(np.float32))
-      self.step_weights.append((
-          self.add_weight(name=f"step{step}_hidden_kernel", shape=[dimension, hidden_units], initializer=initializer),
-          self.add_weight(name=f"step{step}_hidden_bias", shape=[hidden_units], initializer="zeros"),
-          self.add_weight(name=f"step{step}_mean_kernel", shape=[hidden_units, dimension], initializer=initializer),
-          self.add_weight(name=f"step{step}_mean_bias", shape=[dimension], initializer="zeros"),
-          self.add_weight(name=f"step{step}_gate_kernel", shape=[hidden_units, dimension], initializer=initializer),
-          self.add_weight(name=f"step{step}_gate_bias", shape=[dimension], initializer="zeros")))
+      self.step_weights.append(
+          (self.add_weight(name=f"step{step}_hidden_kernel", shape=[dimension, hidden_units],
+                           initializer=initializer),
+           self.add_weight(name=f"step{step}_hidden_bias", shape=[hidden_units],
+                           initializer="zeros"),
+           self.add_weight(name=f"step{step}_mean_kernel", shape=[hidden_units, dimension],
+                           initializer=initializer),
+           self.add_weight(name=f"step{step}_mean_bias", shape=[dimension], initializer="zeros"),
+           self.add_weight(name=f"step{step}_gate_kernel", shape=[hidden_units, dimension],
+                           initializer=initializer),
+           self.add_weight(name=f"step{step}_gate_bias", shape=[dimension], initializer="zeros")))
 
   def forward(self, z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     log_det = tf.zeros(tf.shape(z)[:-1], z.dtype)
-    for mask, (hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias) in zip(self.masks, self.step_weights):
+    for mask, (hidden, hidden_bias, to_mean, mean_bias, to_gate,
+               gate_bias) in zip(self.masks, self.step_weights):
       features = tf.tanh(_vector_matmul(mask * z, hidden) + hidden_bias)
       mean = _vector_matmul(features, to_mean) + mean_bias
       gate_logits = _vector_matmul(features, to_gate) + gate_bias
@@ -94,14 +100,19 @@ class MaskedCouplingFlow(tf_keras.layers.Layer):
     return z, log_det
 
   def as_bijector(self) -> tfb.Bijector:
-    """The flow as tfp bijectors: per step a `RealNVP` coupling between `Permute`s (used by tests)."""
+    """The flow as tfp bijectors: per step a `RealNVP` coupling between `Permute`s.
+
+    Used by tests.
+    """
     bijectors = []
     for mask, weights in zip(self.masks, self.step_weights):
       kept, transformed = np.flatnonzero(mask == 1), np.flatnonzero(mask == 0)
       permutation = np.concatenate([kept, transformed])
-      coupling = tfb.RealNVP(num_masked=len(kept),
-                             shift_and_log_scale_fn=_gated_shift_and_log_scale(weights, kept, transformed))
-      bijectors = [tfb.Permute(np.argsort(permutation)), coupling, tfb.Permute(permutation)] + bijectors
+      coupling = tfb.RealNVP(
+          num_masked=len(kept),
+          shift_and_log_scale_fn=_gated_shift_and_log_scale(weights, kept, transformed))
+      bijectors = [tfb.Permute(np.argsort(permutation)), coupling,
+                   tfb.Permute(permutation)] + bijectors
     return tfb.Chain(bijectors) if bijectors else tfb.Identity()
 
 
@@ -114,20 +125,28 @@ def _vector_matmul(vectors: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
 
 
 def _gated_shift_and_log_scale(weights, kept, transformed):
-  """The coupling of one step as tfp's RealNVP expects it: (shift, log_scale) of the transformed units."""
+  """The coupling of one step as tfp's RealNVP expects it.
+
+  It gives (shift, log_scale) of the transformed units.
+  """
   hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias = weights
 
   def shift_and_log_scale(kept_units, output_units):
     del output_units
     features = tf.tanh(_vector_matmul(kept_units, tf.gather(hidden, kept)) + hidden_bias)
-    mean = _vector_matmul(features, tf.gather(to_mean, transformed, axis=1)) + tf.gather(mean_bias, transformed)
-    gate_logits = _vector_matmul(features, tf.gather(to_gate, transformed, axis=1)) + tf.gather(gate_bias, transformed)
+    mean = _vector_matmul(features, tf.gather(to_mean, transformed, axis=1)) + tf.gather(
+        mean_bias, transformed)
+    gate_logits = _vector_matmul(features, tf.gather(to_gate, transformed, axis=1)) + tf.gather(
+        gate_bias, transformed)
     return (1.0 - tf.sigmoid(gate_logits)) * mean, tf.math.log_sigmoid(gate_logits)
   return shift_and_log_scale
 
 
 class _MNFLayer(tf_keras.layers.Layer):
-  """Shared parameters of an MNF layer: weights given z, q(z) and its flow, r(z | W) and its flow."""
+  """Shared parameters of an MNF layer.
+
+  Weights given z, q(z) and its flow, r(z | W) and its flow.
+  """
 
   z_axis: int  # the kernel axis z multiplies
 
@@ -149,7 +168,8 @@ class _MNFLayer(tf_keras.layers.Layer):
     z_dimension = kernel_shape[self.z_axis]
     rng = np.random.default_rng(self.seed)
     self.z_dimension = z_dimension
-    self.kernel_loc = self.add_weight(name="kernel_loc", shape=kernel_shape, initializer=self.kernel_initializer)
+    self.kernel_loc = self.add_weight(name="kernel_loc", shape=kernel_shape,
+                                      initializer=self.kernel_initializer)
     self.untransformed_kernel_scale = self.add_weight(
         name="untransformed_kernel_scale", shape=kernel_shape,
         initializer=tf_keras.initializers.Constant(inverse_softplus(INITIAL_WEIGHT_SCALE)))
@@ -157,23 +177,28 @@ class _MNFLayer(tf_keras.layers.Layer):
     self.untransformed_bias_scale = self.add_weight(
         name="untransformed_bias_scale", shape=[bias_units],
         initializer=tf_keras.initializers.Constant(inverse_softplus(INITIAL_WEIGHT_SCALE)))
-    self.z_loc = self.add_weight(name="z_loc", shape=[z_dimension],
-                                 initializer=tf_keras.initializers.RandomNormal(1.0, 0.01, seed=self.seed))
+    self.z_loc = self.add_weight(
+        name="z_loc", shape=[z_dimension],
+        initializer=tf_keras.initializers.RandomNormal(1.0, 0.01, seed=self.seed))
     self.untransformed_z_scale = self.add_weight(
         name="untransformed_z_scale", shape=[z_dimension],
         initializer=tf_keras.initializers.Constant(inverse_softplus(math.sqrt(INITIAL_Z_VARIANCE))))
     normal_one = tf_keras.initializers.RandomNormal(1.0, 0.01, seed=self.seed + 1)
-    self.reverse_projection = self.add_weight(name="reverse_projection", shape=[z_dimension], initializer=normal_one)
+    self.reverse_projection = self.add_weight(name="reverse_projection", shape=[z_dimension],
+                                              initializer=normal_one)
     self.reverse_mean_weights = self.add_weight(name="reverse_mean_weights", shape=[z_dimension],
                                                 initializer=normal_one)
     self.reverse_log_precision_weights = self.add_weight(name="reverse_log_precision_weights",
-                                                         shape=[z_dimension], initializer=normal_one)
-    self.flow_q = MaskedCouplingFlow(z_dimension, self.num_flows_q, self.hidden_units_q, rng, name="flow_q")
-    self.flow_r = MaskedCouplingFlow(z_dimension, self.num_flows_r, self.hidden_units_r, rng, name="flow_r")
+                                                         shape=[z_dimension],
+                                                         initializer=normal_one)
+    self.flow_q = MaskedCouplingFlow(z_dimension, self.num_flows_q, self.hidden_units_q, rng,
+                                     name="flow_q")
+    self.flow_r = MaskedCouplingFlow(z_dimension, self.num_flows_r, self.hidden_units_r, rng,
+                                     name="flow_r")
     self.noise_seed = self.add_weight(name="noise_seed", shape=[], dtype=tf.int64, trainable=False,
                                       initializer=tf_keras.initializers.Constant(self.seed))
-    self.noise_counter = self.add_weight(name="noise_counter", shape=[], dtype=tf.int64, trainable=False,
-                                         initializer="zeros")
+    self.noise_counter = self.add_weight(name="noise_counter", shape=[], dtype=tf.int64,
+                                         trainable=False, initializer="zeros")
 
   @property
   def kernel_scale(self) -> tf.Tensor:
@@ -189,7 +214,9 @@ class _MNFLayer(tf_keras.layers.Layer):
 
   def normal(self, shape) -> tf.Tensor:
     """Counter-based N(0, 1) draws: reproducible and checkpointed with the layer."""
-    return tf.random.stateless_normal(shape, tf.stack([self.noise_seed, self.noise_counter.assign_add(1)]),
+    return tf.random.stateless_normal(shape,
+                                      tf.stack([self.noise_seed,
+                                                self.noise_counter.assign_add(1)]),
                                       dtype=self.dtype)
 
   def sample_z(self, sample_shape) -> tuple[tf.Tensor, tf.Tensor]:
@@ -216,7 +243,8 @@ class _MNFLayer(tf_keras.layers.Layer):
     kernel_variance = self._kernel_as_matrix(tf.square(self.kernel_scale))
     projection_mean = tf.linalg.matvec(kernel_loc, self.reverse_projection)
     projection_variance = tf.linalg.matvec(kernel_variance, tf.square(self.reverse_projection))
-    activation = tf.tanh(projection_mean + tf.sqrt(projection_variance) * self.normal(tf.shape(projection_mean)))
+    activation = tf.tanh(projection_mean +
+                         tf.sqrt(projection_variance) * self.normal(tf.shape(projection_mean)))
     summary = tf.reduce_mean(activation)
     mean = self.reverse_mean_weights * summary
     log_precision = self.reverse_log_precision_weights * summary
@@ -231,7 +259,10 @@ class _MNFLayer(tf_keras.layers.Layer):
     return tf.reduce_sum(kernel_kl) + tf.reduce_sum(bias_kl)
 
   def kl_divergence(self) -> tf.Tensor:
-    """One-sample estimate of the bound's KL term (MNF Eq. 12; an upper bound on KL(q(W) || p(W)))."""
+    """One-sample estimate of the bound's KL term (MNF Eq. 12).
+
+    An upper bound on KL(q(W) || p(W)).
+    """
     z_t, log_q = self.sample_z(tf.zeros([0], tf.int32))
     return self.weight_kl(z_t) + log_q - self.log_reverse(z_t)
 
@@ -256,32 +287,40 @@ class DenseMNF(_MNFLayer):
       raise ValueError(f"{self.name}: expected [batch, units] inputs, got shape {inputs.shape}")
     z, _ = self.sample_z(tf.shape(inputs)[:1])
     mean = tf.matmul(inputs * z, self.kernel_loc) + self.bias_loc
-    variance = tf.matmul(tf.square(inputs), tf.square(self.kernel_scale)) + tf.square(self.bias_scale)
+    variance = tf.matmul(tf.square(inputs), tf.square(self.kernel_scale)) + tf.square(
+        self.bias_scale)
     return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean)))
 
 
 class Conv2DMNF(_MNFLayer):
-  """2-D convolution MNF layer (NHWC): z multiplies the output channels; local reparameterisation."""
+  """2-D convolution MNF layer (NHWC).
+
+  z multiplies the output channels; local reparameterisation.
+  """
 
   z_axis = 3
 
-  def __init__(self, filters: int, kernel_size, strides=1, padding: str = "SAME", activation=None, **kwargs):
+  def __init__(self, filters: int, kernel_size, strides=1, padding: str = "SAME", activation=None,
+               **kwargs):
     super().__init__(**kwargs)
     self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
     self.strides = strides
     self.activation = tf_keras.activations.get(activation)
 
   def build(self, input_shape):
-    self._build_parameters(list(self.kernel_size) + [int(input_shape[-1]), self.filters], self.filters)
+    self._build_parameters(
+        list(self.kernel_size) + [int(input_shape[-1]), self.filters], self.filters)
     super().build(input_shape)
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     if inputs.shape.rank != 4:
-      raise ValueError(f"{self.name}: expected [batch, height, width, channels] inputs, got {inputs.shape}")
+      raise ValueError(
+          f"{self.name}: expected [batch, height, width, channels] inputs, got {inputs.shape}")
     z, _ = self.sample_z(tf.shape(inputs)[:1])
     mean = tf.nn.conv2d(inputs, self.kernel_loc, self.strides, self.padding) * z[:, None, None, :]
-    variance = tf.nn.conv2d(tf.square(inputs), tf.square(self.kernel_scale), self.strides, self.padding)
+    variance = tf.nn.conv2d(tf.square(inputs), tf.square(self.kernel_scale), self.strides,
+                            self.padding)
     mean += self.bias_loc
     variance += tf.square(self.bias_scale)
     return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean)))
@@ -301,19 +340,25 @@ def mnf_kl(model) -> tf.Tensor:
 
 def regression_mnf(hidden_units: int = 50, seed: int = 0, **layer_kwargs) -> tf_keras.Sequential:
   """The paper's UCI network with MNF layers; outputs the predictive mean [batch, 1]."""
-  return tf_keras.Sequential([DenseMNF(hidden_units, activation="relu", seed=seed, **layer_kwargs),
-                              DenseMNF(1, seed=seed + 1, kernel_initializer="glorot_uniform", **layer_kwargs)])
+  return tf_keras.Sequential([
+      DenseMNF(hidden_units, activation="relu", seed=seed, **layer_kwargs),
+      DenseMNF(1, seed=seed + 1, kernel_initializer="glorot_uniform", **layer_kwargs)
+  ])
 
 
 def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
-              num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256, seed: int = 0,
-              checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
+              num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256,
+              seed: int = 0, checkpoint_dir: Optional[str] = None,
+              summary_dir: Optional[str] = None,
               steps_per_checkpoint: int = 5000) -> TrainingResult:
-  """Maximises the MNF lower bound (KL divided by N) with Adam, 30,000 steps by default (paper Sec. 4.1)."""
+  """Maximises the MNF lower bound (KL divided by N) with Adam.
+
+  30,000 steps by default (paper Sec. 4.1).
+  """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
   maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
                             batch_size=batch_size, data_seed=seed, kl_fn=lambda: mnf_kl(model))
-  training = CheckpointedTraining(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
-                                  name="mnf")
+  training = CheckpointedTraining(maximizer, learning_rate,
+                                  steps_per_checkpoint=steps_per_checkpoint, name="mnf")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -38,8 +38,10 @@ class ProgressLog:
     self.previous_step, self.previous_time = step, now
     rate = done / interval if interval > 0 else float("inf")
     remaining = (self.total - step) / rate if done > 0 and rate > 0 else float("nan")
-    parts = [f"{self.what}: step {step:,}/{self.total:,} ({100.0 * step / max(self.total, 1):.0f}%)",
-             f"{rate:.1f} steps/s"]
+    parts = [
+        f"{self.what}: step {step:,}/{self.total:,} ({100.0 * step / max(self.total, 1):.0f}%)",
+        f"{rate:.1f} steps/s"
+    ]
     if value is not None:
       parts.append(f"{self.value_name} {value:,.4g}")
     parts.append(f"elapsed {format_duration(elapsed)}")

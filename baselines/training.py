@@ -29,7 +29,7 @@ _TRACE_FILENAME = "trace.npz"
 
 @dataclasses.dataclass
 class TrainingResult:
-  trace: np.ndarray        # [num_steps, M?] minibatch ELBO (or objective) estimates, whole-dataset scale
+  trace: np.ndarray  # [num_steps, M?] minibatch ELBO (or objective) estimates, whole-dataset scale
   kl_trace: np.ndarray     # [num_steps, M?] the KL term at every step
   train_seconds: float     # wall time of all steps, including those of resumed earlier runs
   resumed_from_step: int   # 0 for a fresh run
@@ -38,13 +38,14 @@ class TrainingResult:
 class CheckpointedTraining:
   """Trains with `maximizer` up to a step count, checkpointing and logging as it goes."""
 
-  def __init__(self, maximizer: ElboMaximizer, learning_rate: float, *, steps_per_checkpoint: int = 5000,
-               summary_every: int = 100, name: str = "training"):
+  def __init__(self, maximizer: ElboMaximizer, learning_rate: float, *,
+               steps_per_checkpoint: int = 5000, summary_every: int = 100, name: str = "training"):
     if not learning_rate > 0:
       raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
     if steps_per_checkpoint < 1 or summary_every < 1:
-      raise ValueError(f"steps_per_checkpoint={steps_per_checkpoint} and summary_every={summary_every} "
-                       "must be >= 1")
+      raise ValueError(
+          f"steps_per_checkpoint={steps_per_checkpoint} and summary_every={summary_every} "
+          "must be >= 1")
     self.maximizer = maximizer
     self.name = name
     self.learning_rate = float(learning_rate)
@@ -94,7 +95,7 @@ class CheckpointedTraining:
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
             summary_dir: Optional[str] = None) -> TrainingResult:
-    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if it is further along."""
+    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if further along."""
     num_steps = check_integer("num_steps", num_steps)
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
@@ -114,8 +115,10 @@ class CheckpointedTraining:
         self._summarise(writer, first_step, trace, kl_trace)
       if checkpoint_dir:
         self._save(checkpoint_dir)
-      progress.log(int(self.step.numpy()), float(np.mean(trace[-min(len(trace), self.summary_every):])))
+      progress.log(int(self.step.numpy()),
+                   float(np.mean(trace[-min(len(trace), self.summary_every):])))
     trace = np.concatenate(self.traces)[:num_steps]
     kl_trace = np.concatenate(self.kl_traces)[:num_steps]
-    return TrainingResult(trace=trace, kl_trace=kl_trace, train_seconds=float(self.train_seconds.numpy()),
+    return TrainingResult(trace=trace, kl_trace=kl_trace,
+                          train_seconds=float(self.train_seconds.numpy()),
                           resumed_from_step=resumed_from_step)

@@ -37,7 +37,8 @@ class MeanFieldTrainer(CheckpointedTraining):
 def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
                      num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256,
                      seed: int = 0, checkpoint_dir: Optional[str] = None,
-                     summary_dir: Optional[str] = None, steps_per_checkpoint: int = 5000) -> TrainingResult:
+                     summary_dir: Optional[str] = None,
+                     steps_per_checkpoint: int = 5000) -> TrainingResult:
   """Trains `model` by maximising its ELBO for `num_steps` Adam steps (paper Section 4.1).
 
   With `checkpoint_dir`, resumes from the checkpoint there and saves one every
@@ -45,5 +46,6 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
   log-likelihood and the KL with `tf.summary`.
   """
   trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn, learning_rate=learning_rate,
-                             batch_size=batch_size, seed=seed, steps_per_checkpoint=steps_per_checkpoint)
+                             batch_size=batch_size, seed=seed,
+                             steps_per_checkpoint=steps_per_checkpoint)
   return trainer.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -29,7 +29,7 @@ from baselines.vi import MeanFieldTrainer
 class ViFamilyRun:
   """A trained (and possibly refined) VI-family model, with its metrics and timings so far."""
 
-  model: tf.Module                          # the trained mean-field model (after any extra training)
+  model: tf.Module  # the trained mean-field model (after any extra training)
   refinement: Optional[RefinementResult]    # refined_vi only
   num_samples: int
   metrics: dict
@@ -43,10 +43,10 @@ class ViFamilyRun:
     return posterior_draws(self.model, inputs, self.num_samples)
 
 
-def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.Module], inputs, labels,
-                  log_likelihood_fn: LogLikelihoodFn, output_dir: str,
+def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.Module], inputs,
+                  labels, log_likelihood_fn: LogLikelihoodFn, output_dir: str,
                   checkpoint_dir_fn: Optional[Callable[[str], str]] = None) -> ViFamilyRun:
-  """Trains VI (resuming from its checkpoint), then trains further or refines as `config.method` says.
+  """Trains VI (resuming from its checkpoint), then trains on or refines as `config.method` says.
 
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
   `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi" and
@@ -59,9 +59,9 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     def checkpoint_dir_fn(trainer):
       return os.path.join(output_dir, "checkpoints", trainer)
   model = model_fn(None)
-  trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn, learning_rate=config.learning_rate,
-                             batch_size=config.batch_size, seed=config.seed,
-                             steps_per_checkpoint=config.steps_per_checkpoint)
+  trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn,
+                             learning_rate=config.learning_rate, batch_size=config.batch_size,
+                             seed=config.seed, steps_per_checkpoint=config.steps_per_checkpoint)
   training = trainer.train(config.vi_steps, checkpoint_dir=checkpoint_dir_fn(VI),
                            summary_dir=os.path.join(output_dir, "summaries", VI))
   metrics = {"vi_resumed_from_step": training.resumed_from_step}
@@ -74,7 +74,8 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                                summary_dir=os.path.join(output_dir, "summaries", EXTRA_VI))
       timings["extra_train_seconds"] = extended.train_seconds - training.train_seconds
       trace = extended.trace
-    metrics["total_vi_steps"] = int(trainer.step.numpy())   # the steps taken, not the steps asked for
+    metrics["total_vi_steps"] = int(
+        trainer.step.numpy())  # the steps taken, not the steps asked for
   metrics["elbo"] = float(estimate_elbo(model, inputs, labels, log_likelihood_fn,
                                         num_samples=config.elbo_num_samples))
   refinement = None
@@ -82,8 +83,9 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     refinement = refine(
         model_fn, model, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
         schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
-        steps_per_auxiliary=config.steps_per_auxiliary, learning_rate_rule=config.refine_learning_rate_rule,
-        batch_size=config.batch_size, seed=config.seed, elbo_num_samples=config.elbo_num_samples,
+        steps_per_auxiliary=config.steps_per_auxiliary,
+        learning_rate_rule=config.refine_learning_rate_rule, batch_size=config.batch_size,
+        seed=config.seed, elbo_num_samples=config.elbo_num_samples,
         weight_noise=config.refine_weight_noise, stage_elbo_aux=config.stage_elbo_aux)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
@@ -92,5 +94,5 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     timings["refine_total_seconds"] = refinement.timings["total_seconds"]
     if refinement.stage_elbo_aux is not None:
       timings["stage_elbo_seconds"] = refinement.timings["stage_elbo_seconds"]
-  return ViFamilyRun(model=model, refinement=refinement, num_samples=config.num_samples, metrics=metrics,
-                     timings=timings, training_trace=trace)
+  return ViFamilyRun(model=model, refinement=refinement, num_samples=config.num_samples,
+                     metrics=metrics, timings=timings, training_trace=trace)

@@ -37,17 +37,25 @@ PAPER_VI_STEPS, PAPER_REFINE_STEPS, PAPER_MEMBERS = 30_000, 5 * 200, 10
 
 
 def _tfp_reference(num_examples: int):
-  """The straightforward tfp.layers LeNet-5 and a Keras-optimizer train step (the issue's reference point)."""
+  """The straightforward tfp.layers LeNet-5 and a Keras-optimizer train step.
+
+  The issue's reference point.
+  """
   import tensorflow_probability as tfp
   import tf_keras
   divergence = lambda q, p, _: tfp.distributions.kl_divergence(q, p) / num_examples  # noqa: E731
   conv = dict(padding="SAME", activation="relu", kernel_divergence_fn=divergence)
   model = tf_keras.Sequential([
-      tfp.layers.Convolution2DFlipout(6, 5, **conv), tf_keras.layers.MaxPooling2D(2),
-      tfp.layers.Convolution2DFlipout(16, 5, **conv), tf_keras.layers.MaxPooling2D(2),
-      tfp.layers.Convolution2DFlipout(120, 5, **conv), tf_keras.layers.Flatten(),
-      tfp.layers.DenseLocalReparameterization(84, activation="relu", kernel_divergence_fn=divergence),
-      tfp.layers.DenseLocalReparameterization(10, kernel_divergence_fn=divergence)])
+      tfp.layers.Convolution2DFlipout(6, 5, **conv),
+      tf_keras.layers.MaxPooling2D(2),
+      tfp.layers.Convolution2DFlipout(16, 5, **conv),
+      tf_keras.layers.MaxPooling2D(2),
+      tfp.layers.Convolution2DFlipout(120, 5, **conv),
+      tf_keras.layers.Flatten(),
+      tfp.layers.DenseLocalReparameterization(84, activation="relu",
+                                              kernel_divergence_fn=divergence),
+      tfp.layers.DenseLocalReparameterization(10, kernel_divergence_fn=divergence)
+  ])
   optimizer = tf_keras.optimizers.Adam(1e-3)
   return model, optimizer
 
@@ -96,10 +104,11 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
       model = lenet.mnf_lenet5()
       kwargs = dict(kl_fn=lambda: mnf_kl(model))
     model(x[:1])
-    variables = ([v for p in mean_field_parameters(model) for v in p.posterior_variables] if name == "refine"
-                 else model.trainable_variables)
+    variables = ([v for p in mean_field_parameters(model) for v in p.posterior_variables]
+                 if name == "refine" else model.trainable_variables)
     maximizer = ElboMaximizer(model, x, y, categorical_log_likelihood, variables, batch, **kwargs)
-    if name == "vi_xla":   # the same loop compiled by XLA instead of run op by op with oneDNN kernels
+    if name == "vi_xla":
+      # the same loop compiled by XLA instead of run op by op with oneDNN kernels
       maximizer.run = tf.function(maximizer._run, jit_compile=True)
 
     def timed(num_steps):
@@ -114,30 +123,37 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
           "num_examples": int(np.size(y))}
 
 
-def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=DEFAULT_MEASUREMENTS) -> dict:
-  """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts by tens
-  of percent between minutes, so each measurement reports the median of its rounds); then the ratios that
-  the measurements taken allow."""
+def run_all(dataset: str, data_dir: str, steps: int, rounds: int,
+            measurements=DEFAULT_MEASUREMENTS) -> dict:
+  """Every measurement in a fresh process, `rounds` times interleaved (this machine's speed drifts
+  by tens of percent between minutes, so each measurement reports the median of its rounds); then
+  the ratios that the measurements taken allow."""
   import numpy as np
   samples = {name: [] for name in measurements}
   for _ in range(rounds):
     for name in measurements:
-      completed = subprocess.run(
-          [sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
-           f"--data_dir={data_dir}", f"--steps={steps}"],
-          capture_output=True, text=True, check=False, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+      completed = subprocess.run([
+          sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
+          f"--data_dir={data_dir}", f"--steps={steps}"
+      ], capture_output=True, text=True, check=False, env={
+          **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
+      })
       if completed.returncode != 0:
-        raise RuntimeError(f"measurement {name} failed: {completed.stderr.strip().splitlines()[-1]}")
+        raise RuntimeError(
+            f"measurement {name} failed: {completed.stderr.strip().splitlines()[-1]}")
       samples[name].append(json.loads(completed.stdout.strip().splitlines()[-1]))
   results = {}
   for name, runs in samples.items():
-    results[name] = {**runs[0], "seconds_per_step": float(np.median([r["seconds_per_step"] for r in runs])),
-                     "seconds_per_step_rounds": [r["seconds_per_step"] for r in runs],
-                     "peak_memory_mb": max(r["peak_memory_mb"] for r in runs)}
+    results[name] = {
+        **runs[0], "seconds_per_step": float(np.median([r["seconds_per_step"] for r in runs])),
+        "seconds_per_step_rounds": [r["seconds_per_step"] for r in runs],
+        "peak_memory_mb": max(r["peak_memory_mb"] for r in runs)
+    }
   step = {name: results[name]["seconds_per_step"] for name in measurements}
   derived = {}
   if "vi" in step:
-    derived.update(vi_ms_per_step=1000 * step["vi"], paper_vi_training_minutes=PAPER_VI_STEPS * step["vi"] / 60)
+    derived.update(vi_ms_per_step=1000 * step["vi"],
+                   paper_vi_training_minutes=PAPER_VI_STEPS * step["vi"] / 60)
   if "vi_xla" in step:
     derived["vi_xla_ms_per_step"] = 1000 * step["vi_xla"]
   if "tfp_reference" in step:
@@ -146,8 +162,8 @@ def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=D
     derived.update(refine_ms_per_member_step=1000 * step["refine"] / PAPER_MEMBERS,
                    paper_refinement_minutes=PAPER_REFINE_STEPS * step["refine"] / 60)
     if "vi" in step:
-      derived["refinement_fraction_of_vi_training"] = PAPER_REFINE_STEPS * step["refine"] / (PAPER_VI_STEPS
-                                                                                               * step["vi"])
+      derived["refinement_fraction_of_vi_training"] = PAPER_REFINE_STEPS * step["refine"] / (
+          PAPER_VI_STEPS * step["vi"])
   if "deep_ensemble" in step:
     derived["deep_ensemble_minutes_5000_steps"] = 5000 * step["deep_ensemble"] / 60
   if "mnf" in step:
@@ -157,21 +173,34 @@ def run_all(dataset: str, data_dir: str, steps: int, rounds: int, measurements=D
 
 
 def _markdown(results: dict, command: str) -> str:
-  lines = ["# LeNet-5 speed (batch 256)", "", f"Command: `{command}`", "",
-           "| measurement | ms per step (median) | rounds (ms) | peak memory (MB) |", "|---|---|---|---|"]
+  lines = [
+      "# LeNet-5 speed (batch 256)", "", f"Command: `{command}`", "",
+      "| measurement | ms per step (median) | rounds (ms) | peak memory (MB) |", "|---|---|---|---|"
+  ]
   for name in (name for name in MEASUREMENTS if name in results):
     row = results[name]
     rounds = ", ".join(f"{1000 * value:.0f}" for value in row["seconds_per_step_rounds"])
-    lines.append(f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | {row['peak_memory_mb']:.0f} |")
+    lines.append(
+        f"| {name} | {1000 * row['seconds_per_step']:.1f} | {rounds} | "
+        f"{row['peak_memory_mb']:.0f} |"
+    )
   derived = results["derived"]
   lines.append("")
   if "paper_vi_training_minutes" in derived:
-    lines.append(f"- VI training at paper settings (30,000 steps): {derived['paper_vi_training_minutes']:.1f} min.")
+    lines.append(
+        "- VI training at paper settings (30,000 steps): "
+        f"{derived['paper_vi_training_minutes']:.1f} min."
+    )
   if "refinement_fraction_of_vi_training" in derived:
-    lines.append(f"- Refinement at paper settings (M = 10, K = 5, T = 200): {derived['paper_refinement_minutes']:.1f} "
-                 f"min: {100 * derived['refinement_fraction_of_vi_training']:.1f} % of VI training.")
+    lines.append(
+        "- Refinement at paper settings (M = 10, K = 5, T = 200): "
+        f"{derived['paper_refinement_minutes']:.1f} "
+        f"min: {100 * derived['refinement_fraction_of_vi_training']:.1f} % of VI training.")
   if "deep_ensemble_minutes_5000_steps" in derived:
-    lines.append(f"- Deep ensemble (10 members x 5,000 steps): {derived['deep_ensemble_minutes_5000_steps']:.1f} min.")
+    lines.append(
+        "- Deep ensemble (10 members x 5,000 steps): "
+        f"{derived['deep_ensemble_minutes_5000_steps']:.1f} min."
+    )
   if "mnf_training_minutes" in derived:
     lines.append(f"- MNF (30,000 steps): {derived['mnf_training_minutes']:.1f} min.")
   lines.append("")
@@ -181,22 +210,28 @@ def _markdown(results: dict, command: str) -> str:
 def main(argv):
   del argv
   if flags.FLAGS.only:
-    cli.require(flags.FLAGS.only in MEASUREMENTS, f"--only={flags.FLAGS.only!r} must be one of {MEASUREMENTS}")
-    print(json.dumps(measure(flags.FLAGS.only, flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps)))
+    cli.require(flags.FLAGS.only in MEASUREMENTS,
+                f"--only={flags.FLAGS.only!r} must be one of {MEASUREMENTS}")
+    print(
+        json.dumps(
+            measure(flags.FLAGS.only, flags.FLAGS.dataset, flags.FLAGS.data_dir,
+                    flags.FLAGS.steps)))
     return
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
   measurements = tuple(flags.FLAGS.measurements)
   for name in measurements:
-    cli.require(name in MEASUREMENTS, f"--measurements has {name!r}; allowed: {', '.join(MEASUREMENTS)}")
+    cli.require(name in MEASUREMENTS,
+                f"--measurements has {name!r}; allowed: {', '.join(MEASUREMENTS)}")
   cli.require(flags.FLAGS.steps >= 1 and flags.FLAGS.rounds >= 1,
               f"--steps={flags.FLAGS.steps} and --rounds={flags.FLAGS.rounds} must be >= 1")
   from common.results import atomic_output, git_commit, machine_description
-  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps, flags.FLAGS.rounds,
-                    measurements)
+  results = run_all(flags.FLAGS.dataset, flags.FLAGS.data_dir, flags.FLAGS.steps,
+                    flags.FLAGS.rounds, measurements)
   command = " ".join(["python -m benchmarks.image_speed"] + sys.argv[1:])
   results.update(command=command, git_commit=git_commit(), machine=machine_description())
   write_json_atomically(os.path.join(flags.FLAGS.output_dir, "speed.json"), results)
-  with atomic_output(os.path.join(flags.FLAGS.output_dir, "speed.md")) as temporary, open(temporary, "w") as handle:
+  with atomic_output(os.path.join(flags.FLAGS.output_dir,
+                                  "speed.md")) as temporary, open(temporary, "w") as handle:
     handle.write(_markdown(results, command))
   print(_markdown(results, command))
 
@@ -207,7 +242,9 @@ if __name__ == "__main__":
   flags.DEFINE_string("dataset", "mnist", "mnist, fashion_mnist or cifar10.")
   flags.DEFINE_string("data_dir", os.environ.get("REFINED_VI_DATA_DIR"), "Local data directory.")
   flags.DEFINE_integer("steps", 30, "Timed steps per measurement.")
-  flags.DEFINE_integer("rounds", 3, "Interleaved repetitions of every measurement (the median is reported).")
-  flags.DEFINE_list("measurements", list(DEFAULT_MEASUREMENTS), "Which measurements to take (also: vi_xla, "
+  flags.DEFINE_integer("rounds", 3,
+                       "Interleaved repetitions of every measurement (the median is reported).")
+  flags.DEFINE_list("measurements", list(DEFAULT_MEASUREMENTS),
+                    "Which measurements to take (also: vi_xla, "
                     "the VI loop compiled with XLA).")
   cli.run(main)

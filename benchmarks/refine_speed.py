@@ -4,9 +4,9 @@ A UCI-sized network (13 inputs, 50 ReLU units, Gaussian likelihood), batch 256:
 train VI for 30,000 steps, then produce M = 10 refined samples with K = 5
 auxiliary variables and 200 Adam steps each. The paper reports ~30% on a GPU;
 refining the members one after another is bound to ~33% (10,000 member-steps
-against 30,000 steps); the vectorised loop does all members in 1,000 steps. `--weight_noise=per_batch`
-measures refinement with one weight draw per member and step (see
-`auxiliary_sampling.layers`).
+against 30,000 steps); the vectorised loop does all members in 1,000 steps.
+`--weight_noise=per_batch` measures refinement with one weight draw per member
+and step (see `auxiliary_sampling.layers`).
 
   python -m benchmarks.refine_speed --output_dir=results/benchmarks/refine_speed
   python -m benchmarks.refine_speed --weight_noise=per_batch \
@@ -37,12 +37,15 @@ flags.DEFINE_integer("num_auxiliary", 5, "Auxiliary variables K.")
 flags.DEFINE_integer("steps_per_auxiliary", 200, "Adam steps per auxiliary variable.")
 flags.DEFINE_integer("num_examples", 455, "Training examples (Boston's 80% split by default).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_enum("weight_noise", "per_example", list(WEIGHT_NOISE), "How refinement draws weight noise.")
+flags.DEFINE_enum("weight_noise", "per_example", list(WEIGHT_NOISE),
+                  "How refinement draws weight noise.")
 
 
 def network(num_members=None):
-  return tf_keras.Sequential([DenseReparameterization(50, activation="relu", num_members=num_members),
-                              DenseReparameterization(1, num_members=num_members)])
+  return tf_keras.Sequential([
+      DenseReparameterization(50, activation="relu", num_members=num_members),
+      DenseReparameterization(1, num_members=num_members)
+  ])
 
 
 def gaussian_log_likelihood(labels, outputs, noise_scale=0.5):
@@ -55,15 +58,18 @@ def measure(vi_steps: int, num_samples: int, num_auxiliary: int, steps_per_auxil
   seed_everything(seed)
   rng = np.random.default_rng(seed)
   inputs = rng.normal(size=[num_examples, 13]).astype(np.float32)
-  labels = (np.tanh(inputs @ rng.normal(size=[13, 1])) + 0.3 * rng.normal(size=[num_examples, 1])).astype(np.float32)
+  labels = (np.tanh(inputs @ rng.normal(size=[13, 1])) +
+            0.3 * rng.normal(size=[num_examples, 1])).astype(np.float32)
   model = network()
   # Warm-up traces the compiled loops so that neither timing includes tracing.
   train_mean_field(network(), inputs, labels, gaussian_log_likelihood, num_steps=10, seed=seed)
-  training = train_mean_field(model, inputs, labels, gaussian_log_likelihood, num_steps=vi_steps, seed=seed)
+  training = train_mean_field(model, inputs, labels, gaussian_log_likelihood, num_steps=vi_steps,
+                              seed=seed)
   schedule = AuxiliarySchedule.geometric(0.7, num_auxiliary)
   started = time.perf_counter()
   result = refine(network, model, inputs, labels, gaussian_log_likelihood, num_samples=num_samples,
-                  schedule=schedule, steps_per_auxiliary=steps_per_auxiliary, seed=seed, weight_noise=weight_noise)
+                  schedule=schedule, steps_per_auxiliary=steps_per_auxiliary, seed=seed,
+                  weight_noise=weight_noise)
   refine_total = time.perf_counter() - started
   member_steps = num_auxiliary * steps_per_auxiliary
   return {
@@ -73,24 +79,34 @@ def measure(vi_steps: int, num_samples: int, num_auxiliary: int, steps_per_auxil
           "vi_ms_per_step": 1e3 * training.train_seconds / vi_steps,
           "refine_ms_per_step_all_members": 1e3 * result.timings["refine_seconds"] / member_steps,
           "sequential_bound_ratio": num_samples * member_steps / vi_steps,
-          "elbo": result.initial_elbo_estimate, "elbo_aux": result.elbo_aux_estimate},
-      "timings": {"train_seconds": training.train_seconds, "refine_seconds": result.timings["refine_seconds"],
-                  "total_seconds": training.train_seconds + refine_total},
+          "elbo": result.initial_elbo_estimate,
+          "elbo_aux": result.elbo_aux_estimate
+      },
+      "timings": {
+          "train_seconds": training.train_seconds,
+          "refine_seconds": result.timings["refine_seconds"],
+          "total_seconds": training.train_seconds + refine_total
+      },
   }
 
 
 def main(argv):
   del argv
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
-  names = ["vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples", "seed", "weight_noise"]
+  names = [
+      "vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples", "seed",
+      "weight_noise"
+  ]
   values = cli.flag_values(names)
   for name in ("vi_steps", "num_samples", "num_auxiliary", "steps_per_auxiliary", "num_examples"):
     cli.require(values[name] >= 1, f"{name}={values[name]} must be >= 1")
   outcome = measure(**values)
   # The report groups runs by method: the two estimators are two rows.
-  method = "refined_vi" if values["weight_noise"] == "per_example" else f"refined_vi_{values['weight_noise']}"
-  write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="refine_speed", method=method,
-                seed=values["seed"], flags=values, metrics=outcome["metrics"], timings=outcome["timings"])
+  method = "refined_vi" if values[
+      "weight_noise"] == "per_example" else f"refined_vi_{values['weight_noise']}"
+  write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="refine_speed",
+                method=method, seed=values["seed"], flags=values, metrics=outcome["metrics"],
+                timings=outcome["timings"])
   for name, value in outcome["metrics"].items():
     print(f"{name}: {value:.4g}")
 

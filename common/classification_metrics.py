@@ -29,7 +29,9 @@ def predictive_log_probabilities(member_logits) -> tf.Tensor:
 
 def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Tensor],
                                      dataset: tf.data.Dataset) -> np.ndarray:
-  """Each sample's (member's) log-softmax [M, N, C] over a batched (images, labels) dataset, batch by batch.
+  """Each sample's (member's) log-softmax [M, N, C] over a batched (images, labels) dataset.
+
+  The dataset is read batch by batch.
 
   One model's [N, C] logits count as M = 1. Log-probabilities are logits of the same softmax, so
   `predictive_log_probabilities` of this array is the predictive of these same draws.
@@ -43,7 +45,7 @@ def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Ten
 
 
 def member_metrics(member_log_probabilities, labels) -> dict[str, float]:
-  """The members' own test MLL and accuracy, averaged over members (from [M, N, C] log-probabilities).
+  """The members' own test MLL and accuracy from [M, N, C] log-probabilities, averaged over members.
 
   Beside the predictive's metrics they show what averaging the members buys, and how
   overconfident single members are (a member MLL far below the predictive's).
@@ -51,8 +53,9 @@ def member_metrics(member_log_probabilities, labels) -> dict[str, float]:
   member_log_probabilities = np.asarray(member_log_probabilities, np.float64)
   labels = np.asarray(labels).astype(np.int64)
   if member_log_probabilities.ndim != 3 or member_log_probabilities.shape[1] != len(labels):
-    raise ValueError(f"member log-probabilities of shape {member_log_probabilities.shape} do not match "
-                     f"{len(labels)} labels")
+    raise ValueError(
+        f"member log-probabilities of shape {member_log_probabilities.shape} do not match "
+        f"{len(labels)} labels")
   label_log_probabilities = member_log_probabilities[:, np.arange(len(labels)), labels]
   return {"member_test_mll": float(np.mean(label_log_probabilities)),
           "member_test_accuracy": float(np.mean(member_log_probabilities.argmax(axis=2) == labels))}
@@ -60,7 +63,10 @@ def member_metrics(member_log_probabilities, labels) -> dict[str, float]:
 
 def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray,
                                num_bins: int = NUM_CALIBRATION_BINS) -> float:
-  """sum_b (n_b / N) |accuracy_b - confidence_b| over equal-width bins of the top-class probability."""
+  """sum_b (n_b / N) |accuracy_b - confidence_b|.
+
+  The bins b are equal-width bins of the top-class probability.
+  """
   confidence = probabilities.max(axis=1)
   correct = probabilities.argmax(axis=1) == labels
   bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
@@ -77,7 +83,8 @@ def classification_metrics(log_probabilities, labels) -> dict[str, float]:
   log_probabilities = np.asarray(log_probabilities, np.float64)
   labels = np.asarray(labels).astype(np.int64)
   if log_probabilities.ndim != 2 or len(log_probabilities) != len(labels):
-    raise ValueError(f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
+    raise ValueError(
+        f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
   probabilities = np.exp(log_probabilities)
   one_hot = np.eye(log_probabilities.shape[1])[labels]
   return {

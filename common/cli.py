@@ -31,7 +31,8 @@ from common.results import note_start_commit
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
 RESULTS_FILENAME = "results.json"
-# Left behind by a process killed while writing a file atomically (common.results, baselines.training).
+# Left behind by a process killed while writing a file atomically (common.results,
+# baselines.training).
 STALE_TEMPORARY_PATTERNS = (".tmp-*", "*.npz.tmp")
 
 
@@ -118,7 +119,8 @@ def define_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS
       _DEFINERS.get(kind, flags.DEFINE_string)(field.name, default, help_text, **arguments)
   flags.DEFINE_string("output_dir", None, "Where results.json, checkpoints and summaries go "
                       "(created if missing).", module_name=module, flag_values=flag_values)
-  flags.DEFINE_bool("tf_log", False, "Show TensorFlow's own start-up and checkpoint logging on stderr.",
+  flags.DEFINE_bool("tf_log", False,
+                    "Show TensorFlow's own start-up and checkpoint logging on stderr.",
                     module_name=module, flag_values=flag_values)
 
 
@@ -134,7 +136,8 @@ def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.
       try:
         value = tuple(kind(element) for element in value)
       except ValueError:
-        raise UsageError(f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
+        raise UsageError(
+            f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
     values[field.name] = value
   return config_class(**values)
 
@@ -143,7 +146,8 @@ def prepare_output_dir(output_dir: str) -> None:
   """Creates `output_dir` or raises UsageError in one line if it cannot hold results."""
   require(bool(output_dir), "--output_dir is required")
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-    raise UsageError(f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
+    raise UsageError(
+        f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
   try:
     os.makedirs(output_dir, exist_ok=True)
   except OSError as error:
@@ -179,13 +183,17 @@ def finished_run_matches(config: Config, output_dir: str) -> bool:
   if config.replace_mismatched:
     os.remove(path)
     return False
-  raise UsageError(f"{path} was made with other settings: {describe_differences(config, recorded, differing)}; "
-                   "use another --output_dir, or --replace_mismatched to rerun")
+  raise UsageError(
+      f"{path} was made with other settings: {describe_differences(config, recorded, differing)}; "
+      "use another --output_dir, or --replace_mismatched to rerun")
 
 
 @contextlib.contextmanager
 def _stderr_silenced() -> Iterator[None]:
-  """Sends file descriptor 2 to /dev/null (C++ logging before absl::InitializeLog ignores levels)."""
+  """Sends file descriptor 2 to /dev/null.
+
+  C++ logging before absl::InitializeLog ignores levels.
+  """
   sys.stderr.flush()
   saved = os.dup(2)
   with open(os.devnull, "w") as devnull:
@@ -243,5 +251,6 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     for name in printed_metrics:
       if name in metrics:
         value = metrics[name]
-        print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {json.dumps(value)}")
+        print(
+            f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {json.dumps(value)}")
   run(run_config)

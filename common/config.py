@@ -103,8 +103,10 @@ class Config:
   """
 
   replace_mismatched: bool = setting(
-      False, "Discard a results.json or checkpoint made with other settings and start again, instead of "
-      "stopping with an error. State made with the same settings is reused either way.", shapes=NOTHING)
+      False,
+      "Discard a results.json or checkpoint made with other settings and start again, instead of "
+      "stopping with an error. State made with the same settings is reused either way.",
+      shapes=NOTHING)
 
   def validate(self) -> None:
     """Raises UsageError naming the first value that is not allowed, and what is allowed."""
@@ -161,10 +163,12 @@ class Config:
 def describe_differences(config: Config, recorded: Mapping[str, Any], names: Sequence[str]) -> str:
   """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line."""
   defaults = {field.name: field.default for field in dataclasses.fields(config)}
-  return ", ".join(f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, defaults[name])})"
-                   for name in names)
+  return ", ".join(
+      f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, defaults[name])})"
+      for name in names)
 
 
 def with_default(config_class: type, name: str, default: Any) -> Any:
   """A subclass's field that keeps `config_class`'s declaration of `name` with another default."""
-  return dataclasses.field(default=default, metadata=config_class.__dataclass_fields__[name].metadata)
+  return dataclasses.field(default=default,
+                           metadata=config_class.__dataclass_fields__[name].metadata)

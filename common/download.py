@@ -46,7 +46,8 @@ def fetch(url: str, destination: str, sha256: str) -> str:
     verify(temporary, sha256)
     os.replace(temporary, destination)
   except urllib.error.URLError as error:
-    raise OSError(f"could not download {url} ({error.reason}); pass a local copy with --data_dir") from error
+    raise OSError(
+        f"could not download {url} ({error.reason}); pass a local copy with --data_dir") from error
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
@@ -70,6 +71,9 @@ def locate(relative_path: str, sha256: str, url: str, data_dir: Optional[str] = 
       return fetch(url, cached, sha256)
     except OSError as error:
       if data_dir and not os.path.exists(cached):
-        raise OSError(f"{os.path.join(data_dir, relative_path)} is missing and downloading failed: {error}") from error
+        raise OSError(
+            f"{os.path.join(data_dir, relative_path)} is missing and downloading failed: {error}"
+        ) from error
       raise
-  raise OSError(f"{relative_path} is not in {data_dir or 'the data directory'} and downloading is off")
+  raise OSError(
+      f"{relative_path} is not in {data_dir or 'the data directory'} and downloading is off")

@@ -38,15 +38,25 @@ _IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 _IDX_SOURCES = {
     "mnist": ("https://storage.googleapis.com/cvdf-datasets/mnist/", {
-        "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-        "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-        "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-        "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"}),
+        "train-images-idx3-ubyte.gz":
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "train-labels-idx1-ubyte.gz":
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "t10k-images-idx3-ubyte.gz":
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        "t10k-labels-idx1-ubyte.gz":
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
+    }),
     "fashion_mnist": ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", {
-        "train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
-        "train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
-        "t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
-        "t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"}),
+        "train-images-idx3-ubyte.gz":
+            "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+        "train-labels-idx1-ubyte.gz":
+            "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+        "t10k-images-idx3-ubyte.gz":
+            "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+        "t10k-labels-idx1-ubyte.gz":
+            "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"
+    }),
 }
 # Debian's dataset-fashion-mnist package installs the same four files here.
 _SYSTEM_DIRS = {"fashion_mnist": "/usr/share/datasets/fashion-mnist"}
@@ -59,13 +69,17 @@ _CIFAR10_RECORD_BYTES = 1 + 32 * 32 * 3
 
 @dataclasses.dataclass
 class ImageData:
-  """Scaled images [N, H, W, C] float32 (standardised unless asked otherwise) and integer labels [N]."""
+  """Scaled images [N, H, W, C] float32 and integer labels [N].
+
+  The images are standardised unless asked otherwise.
+  """
 
   x_train: np.ndarray
   y_train: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
-  channel_mean: np.ndarray   # subtracted from the [0, 1]-scaled pixels, per channel (0 for "unit_interval")
+  channel_mean: np.ndarray  # subtracted from the [0, 1]-scaled pixels, per channel
+                            # (0 for "unit_interval")
   channel_std: np.ndarray    # then divided by (1 for "unit_interval")
 
 
@@ -89,8 +103,9 @@ def read_idx(path: str, expected_magic: int) -> np.ndarray:
     raise OSError(f"{path} is not a readable gzip file ({error})") from error
   magic = int.from_bytes(content[:4], "big") if len(content) >= 4 else None
   if magic != expected_magic:
-    raise OSError(f"{path}: wrong magic number {magic if magic is None else hex(magic)}, expected "
-                  f"{hex(expected_magic)} (an IDX {'image' if expected_magic == 0x803 else 'label'} file)")
+    raise OSError(
+        f"{path}: wrong magic number {magic if magic is None else hex(magic)}, expected "
+        f"{hex(expected_magic)} (an IDX {'image' if expected_magic == 0x803 else 'label'} file)")
   rank = expected_magic & 0xFF
   shape = [int.from_bytes(content[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
   header = 4 + 4 * rank
@@ -100,16 +115,18 @@ def read_idx(path: str, expected_magic: int) -> np.ndarray:
   return np.frombuffer(content, np.uint8, offset=header).reshape(shape)
 
 
-def _idx_path(dataset: str, name: str, data_dir: Optional[str], cache_dir: Optional[str], download_allowed: bool):
+def _idx_path(dataset: str, name: str, data_dir: Optional[str], cache_dir: Optional[str],
+              download_allowed: bool):
   url, digests = _IDX_SOURCES[dataset]
-  candidates = [os.path.join(data_dir, name), os.path.join(data_dir, dataset, name)] if data_dir else []
+  candidates = [os.path.join(data_dir, name),
+                os.path.join(data_dir, dataset, name)] if data_dir else []
   if dataset in _SYSTEM_DIRS:
     candidates.append(os.path.join(_SYSTEM_DIRS[dataset], name))
   for candidate in candidates:
     if os.path.exists(candidate):
       return download.verify(candidate, digests[name])
-  return download.locate(os.path.join(dataset, name), digests[name], url + name, data_dir, cache_dir,
-                         download_allowed)
+  return download.locate(os.path.join(dataset, name), digests[name], url + name, data_dir,
+                         cache_dir, download_allowed)
 
 
 def _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed):
@@ -131,8 +148,9 @@ def _read_cifar_bin(path: str) -> tuple[np.ndarray, np.ndarray]:
   """One `data_batch_*.bin`: records of 1 label byte + 3072 pixel bytes (channel-major 32x32)."""
   raw = np.fromfile(path, np.uint8)
   if raw.size == 0 or raw.size % _CIFAR10_RECORD_BYTES:
-    raise OSError(f"{path}: {raw.size} bytes is not a whole number of {_CIFAR10_RECORD_BYTES}-byte CIFAR-10 "
-                  "records (truncated or not a CIFAR-10 binary batch)")
+    raise OSError(
+        f"{path}: {raw.size} bytes is not a whole number of {_CIFAR10_RECORD_BYTES}-byte CIFAR-10 "
+        "records (truncated or not a CIFAR-10 binary batch)")
   records = raw.reshape(-1, _CIFAR10_RECORD_BYTES)
   images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
   return images, _check_labels(records[:, 0].astype(np.int64), path)
@@ -145,9 +163,13 @@ def _read_cifar_py(path: str) -> tuple[np.ndarray, np.ndarray]:
       batch = pickle.load(handle, encoding="bytes")
     data, labels = np.asarray(batch[b"data"], np.uint8), np.asarray(batch[b"labels"], np.int64)
   except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
-    raise OSError(f"{path} is not a CIFAR-10 python batch ({type(error).__name__}: {error})") from error
+    raise OSError(
+        f"{path} is not a CIFAR-10 python batch ({type(error).__name__}: {error})") from error
   if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
-    raise OSError(f"{path}: data of shape {data.shape} with {len(labels)} labels; expected [N, 3072] and N labels")
+    raise OSError(
+        f"{path}: data of shape {data.shape} with {len(labels)} labels; "
+        "expected [N, 3072] and N labels"
+    )
   return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), _check_labels(labels, path)
 
 
@@ -169,20 +191,23 @@ def _load_cifar10(data_dir, cache_dir, download_allowed):
     cache = cache_dir or download.DEFAULT_CACHE_DIR
     found = _cifar_folder(os.path.join(cache, "cifar10"))
     if found is None:
-      archive = download.locate(os.path.join("cifar10", "cifar-10-binary.tar.gz"), _CIFAR10_ARCHIVE[1],
+      archive = download.locate(os.path.join("cifar10",
+                                             "cifar-10-binary.tar.gz"), _CIFAR10_ARCHIVE[1],
                                 _CIFAR10_ARCHIVE[0], None, cache_dir, download_allowed)
       with tarfile.open(archive) as tar:
         tar.extractall(os.path.dirname(archive), filter="data")
       found = _cifar_folder(os.path.join(cache, "cifar10"))
   folder, kind = found
   reader = _read_cifar_bin if kind == "bin" else _read_cifar_py
-  train_names, test_name = (_CIFAR10_BIN_TRAIN, "test_batch.bin") if kind == "bin" else (_CIFAR10_PY_TRAIN,
-                                                                                         "test_batch")
+  train_names, test_name = (_CIFAR10_BIN_TRAIN,
+                            "test_batch.bin") if kind == "bin" else (_CIFAR10_PY_TRAIN,
+                                                                     "test_batch")
   parts = []
   for name in train_names + [test_name]:
     path = os.path.join(folder, name)
     if not os.path.exists(path):
-      raise OSError(f"{path} is missing (a CIFAR-10 folder needs {', '.join(train_names)} and {test_name})")
+      raise OSError(
+          f"{path} is missing (a CIFAR-10 folder needs {', '.join(train_names)} and {test_name})")
     parts.append(reader(path))
   x_train = np.concatenate([images for images, _ in parts[:-1]])
   y_train = np.concatenate([labels for _, labels in parts[:-1]])
@@ -190,18 +215,21 @@ def _load_cifar10(data_dir, cache_dir, download_allowed):
 
 
 def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
-  """Both splits through `tensorflow_datasets`; any failure of it (data not prepared, a failed download)
-  becomes one OSError line naming the dataset and the folder."""
+  """Both splits through `tensorflow_datasets`; any failure of it (data not prepared, a failed
+  download) becomes one OSError line naming the dataset and the folder."""
   import tensorflow_datasets as tfds  # imported on demand: slow, and only this source needs it
   arrays = []
   for split in ("train", "test"):
     try:
-      images, labels = tfds.as_numpy(tfds.load(dataset, split=split, batch_size=-1, as_supervised=True,
-                                               data_dir=data_dir, download=download_allowed))
-    except Exception as error:  # tfds signals missing data with AssertionError, download failures variously
+      images, labels = tfds.as_numpy(
+          tfds.load(dataset, split=split, batch_size=-1, as_supervised=True, data_dir=data_dir,
+                    download=download_allowed))
+    except Exception as error:
+      # tfds signals missing data with AssertionError, download failures variously
       reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
       raise OSError(f"tensorflow_datasets could not load {dataset} {split} from "
-                    f"{data_dir or 'its default data_dir'} (download={download_allowed}): {reason}") from error
+                    f"{data_dir or 'its default data_dir'} (download={download_allowed}): {reason}"
+                   ) from error
     arrays += [images, labels.astype(np.int64)]
   return tuple(arrays)
 
@@ -214,23 +242,27 @@ def standardise(train: np.ndarray, test: np.ndarray):
   return (train - mean) / std, (test - mean) / std, mean, std
 
 
-def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True, source: str = "files",
-         cache_dir: Optional[str] = None, pixel_scaling: str = "standardise") -> ImageData:
+def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True,
+         source: str = "files", cache_dir: Optional[str] = None,
+         pixel_scaling: str = "standardise") -> ImageData:
   """The train and test sets of `dataset`, standardised (or only [0, 1]-scaled: "unit_interval")."""
   check_name(dataset)
   if source not in SOURCES:
     raise ValueError(f"unknown source {source!r}; allowed: {', '.join(SOURCES)}")
   if pixel_scaling not in PIXEL_SCALINGS:
-    raise ValueError(f"unknown pixel_scaling {pixel_scaling!r}; allowed: {', '.join(PIXEL_SCALINGS)}")
+    raise ValueError(
+        f"unknown pixel_scaling {pixel_scaling!r}; allowed: {', '.join(PIXEL_SCALINGS)}")
   if source == "files" and data_dir and not os.path.isdir(data_dir):
-    raise OSError(f"data_dir {data_dir} is not a folder (give a folder holding {dataset}/ or its files, "
-                  "or no data_dir to use the cache and downloads)")
+    raise OSError(
+        f"data_dir {data_dir} is not a folder (give a folder holding {dataset}/ or its files, "
+        "or no data_dir to use the cache and downloads)")
   if source == "tfds":
     x_train, y_train, x_test, y_test = _load_tfds(dataset, data_dir, download_allowed)
   elif dataset == "cifar10":
     x_train, y_train, x_test, y_test = _load_cifar10(data_dir, cache_dir, download_allowed)
   else:
-    x_train, y_train, x_test, y_test = _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed)
+    x_train, y_train, x_test, y_test = _load_idx_dataset(dataset, data_dir, cache_dir,
+                                                         download_allowed)
   train, test = x_train.astype(np.float32) / 255.0, x_test.astype(np.float32) / 255.0
   if pixel_scaling == "unit_interval":
     mean, std = np.zeros(train.shape[-1], np.float32), np.ones(train.shape[-1], np.float32)
@@ -239,8 +271,8 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
   return ImageData(train, y_train.astype(np.int32), test, y_test.astype(np.int32), mean, std)
 
 
-def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *, shuffle: bool = False,
-                   seed: int = 0, repeat: bool = False) -> "tf.data.Dataset":
+def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *,
+                   shuffle: bool = False, seed: int = 0, repeat: bool = False) -> "tf.data.Dataset":
   """A tf.data pipeline over in-memory arrays: (shuffle,) batch, prefetch.
 
   Evaluation uses it unshuffled. The shuffled, repeating form is for training
@@ -265,7 +297,8 @@ def write_cifar10(directory: str, batches, kind: str = "bin") -> str:
   folder, `<directory>/cifar-10-batches-<kind>`.
   """
   if kind not in ("bin", "py") or len(batches) != 6:
-    raise ValueError(f"kind={kind!r} must be 'bin' or 'py' and there must be 6 batches, got {len(batches)}")
+    raise ValueError(
+        f"kind={kind!r} must be 'bin' or 'py' and there must be 6 batches, got {len(batches)}")
   folder = os.path.join(directory, f"cifar-10-batches-{kind}")
   os.makedirs(folder, exist_ok=True)
   for name, (pictures, labels) in zip(_CIFAR10_PY_TRAIN + ["test_batch"], batches):
@@ -280,13 +313,18 @@ def write_cifar10(directory: str, batches, kind: str = "bin") -> str:
   return folder
 
 
-def write_synthetic_cifar10(directory: str, examples_per_batch: int = 200, seed: int = 0, kind: str = "bin") -> str:
-  """Random CIFAR-10-format files whose labels are learnable (the class sets the mean colour of the image)."""
+def write_synthetic_cifar10(directory: str, examples_per_batch: int = 200, seed: int = 0,
+                            kind: str = "bin") -> str:
+  """Random CIFAR-10-format files whose labels are learnable.
+
+  The class sets the mean colour of the image.
+  """
   rng = np.random.default_rng(seed)
   batches = []
   for _ in range(6):
     labels = rng.integers(0, NUM_CLASSES, size=examples_per_batch)
-    colours = np.stack([labels * 25, 255 - labels * 25, (labels * 70) % 256], axis=1)[:, None, None, :]
+    colours = np.stack([labels * 25, 255 - labels * 25, (labels * 70) % 256], axis=1)[:, None,
+                                                                                      None, :]
     noise = rng.normal(0, 40, size=(examples_per_batch, 32, 32, 3))
     batches.append((np.clip(colours + noise, 0, 255).astype(np.uint8), labels))
   return write_cifar10(directory, batches, kind)

@@ -44,11 +44,14 @@ def load_results(results_dir: str) -> pd.DataFrame:
         if _is_number(value):
           row[name] = float(value)
         elif isinstance(value, dict):
-          row.update({f"{name}[{key}]": float(item) for key, item in value.items() if _is_number(item)})
+          row.update({
+              f"{name}[{key}]": float(item) for key, item in value.items() if _is_number(item)
+          })
     rows.append(row)
   frame = pd.DataFrame(rows)
   if len(frame) and "elbo" in frame:
-    frame["bound"] = frame["elbo_aux"].fillna(frame["elbo"]) if "elbo_aux" in frame else frame["elbo"]
+    frame["bound"] = frame["elbo_aux"].fillna(
+        frame["elbo"]) if "elbo_aux" in frame else frame["elbo"]
   return frame
 
 
@@ -66,7 +69,8 @@ def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
   return table.reset_index()
 
 
-def beside_paper(table: pd.DataFrame, paper: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+def beside_paper(table: pd.DataFrame, paper: pd.DataFrame, columns: Mapping[str,
+                                                                            str]) -> pd.DataFrame:
   """Adds paper_<stem>_mean / _std columns for every metric the paper reports."""
   renamed = {}
   for ours, stem in columns.items():
@@ -89,7 +93,10 @@ def to_markdown(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def _transpose(table: pd.DataFrame) -> pd.DataFrame:
-  """A one-row summary as metric | value rows (an experiment with many metrics reads better down than across)."""
+  """A one-row summary as metric | value rows.
+
+  An experiment with many metrics reads better down than across.
+  """
   if len(table) != 1:
     return table
   row = table.iloc[0].drop(["benchmark", "dataset"])
@@ -104,10 +111,13 @@ def write_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
   if frame.empty:
     raise FileNotFoundError(f"no results.json under {results_dir}")
   os.makedirs(output_dir, exist_ok=True)
-  sections = ["# Results\n", f"Aggregated from {len(frame)} results.json files under `{results_dir}`.\n"]
+  sections = [
+      "# Results\n", f"Aggregated from {len(frame)} results.json files under `{results_dir}`.\n"
+  ]
   metric_names = [c for c in frame.columns if c not in KEYS + ["seed", "git_commit", "path"]]
   for benchmark, part in frame.groupby("benchmark"):
-    if benchmark not in PAPER_TABLES and part["dataset"].nunique() > 1:   # unrelated experiments: one section each
+    if benchmark not in PAPER_TABLES and part["dataset"].nunique(
+    ) > 1:  # unrelated experiments: one section each
       for dataset, experiment in part.groupby("dataset"):
         table = summarise(experiment, metric_names).dropna(axis=1, how="all")
         sections.append(f"## {benchmark}: {dataset}\n")
@@ -152,5 +162,6 @@ if __name__ == "__main__":
   from common import cli
   flags.DEFINE_string("results_dir", "results", "Directory searched for results.json files.")
   flags.DEFINE_string("output_dir", "results/report", "Where the tables and report.md go.")
-  flags.DEFINE_string("paper_dir", None, "Directory of the paper's table CSVs (default common/paper_tables).")
+  flags.DEFINE_string("paper_dir", None,
+                      "Directory of the paper's table CSVs (default common/paper_tables).")
   cli.run(main)

@@ -22,8 +22,8 @@ from importlib import metadata
 from typing import Any, Iterator, Mapping, Optional
 
 RESULTS_FILENAME = "results.json"
-_PACKAGES = ("tensorflow", "tf-keras", "tensorflow-probability", "edward2", "numpy", "scipy", "pandas",
-             "matplotlib", "absl-py")
+_PACKAGES = ("tensorflow", "tf-keras", "tensorflow-probability", "edward2", "numpy", "scipy",
+             "pandas", "matplotlib", "absl-py")
 
 
 def library_versions() -> dict[str, str]:
@@ -37,17 +37,18 @@ def library_versions() -> dict[str, str]:
 
 
 def git_commit(repository: Optional[str] = None) -> Optional[str]:
-  """HEAD of the repository holding this code, with '-dirty' if tracked files outside results/ changed.
+  """HEAD of the repository holding this code, '-dirty' if tracked files outside results/ changed.
 
   Committed runs live under results/, so a rerun overwrites tracked files there before its
   results.json is written; those are outputs, not code.
   """
   repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-                           cwd=repository, capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+        cwd=repository, capture_output=True, text=True, check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return None
   return commit + ("-dirty" if dirty else "")
@@ -68,18 +69,26 @@ def note_start_commit() -> Optional[str]:
 
 
 def machine_description() -> dict[str, Any]:
-  return {"platform": platform.platform(), "processor": platform.machine(), "cpu_count": os.cpu_count()}
+  return {
+      "platform": platform.platform(),
+      "processor": platform.machine(),
+      "cpu_count": os.cpu_count()
+  }
 
 
 def check_finite(section: str, values: Mapping[str, Any]) -> None:
-  """Raises FloatingPointError (a runtime failure: exit status 1) naming the first non-finite value."""
+  """Raises FloatingPointError naming the first non-finite value.
+
+  FloatingPointError is a runtime failure: exit status 1.
+  """
   def walk(key, value):
     if isinstance(value, Mapping):
       for inner_key, inner in value.items():
         walk(f"{key}.{inner_key}", inner)
     elif isinstance(value, float) and not math.isfinite(value):
-      raise FloatingPointError(f"{section}.{key} is {value}: refusing to write a results file with a "
-                               "non-finite value")
+      raise FloatingPointError(
+          f"{section}.{key} is {value}: refusing to write a results file with a "
+          "non-finite value")
   for key, value in values.items():
     walk(key, value)
 
@@ -92,12 +101,17 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_output(path: str) -> Iterator[str]:
-  """Yields a temporary path beside `path` and renames it to `path` on success: never half-written."""
+  """Yields a temporary path beside `path` and renames it to `path` on success.
+
+  `path` is never half-written.
+  """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+  handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-",
+                                       suffix=os.path.splitext(path)[1])
   os.close(handle)
-  os.chmod(temporary, 0o666 & ~_umask())   # mkstemp's 0600 would hide results from the rest of a group
+  os.chmod(temporary,
+           0o666 & ~_umask())  # mkstemp's 0600 would hide results from the rest of a group
   try:
     yield temporary
     os.replace(temporary, path)
@@ -114,7 +128,8 @@ def write_json_atomically(path: str, payload: Mapping[str, Any]) -> None:
 
 
 def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapping[str, Any],
-                  timings: Mapping[str, float], flags: Mapping[str, Any], dataset: Optional[str] = None,
+                  timings: Mapping[str, float], flags: Mapping[str,
+                                                               Any], dataset: Optional[str] = None,
                   seed: Optional[int] = None, command: Optional[str] = None) -> str:
   """Writes output_dir/results.json and returns its path."""
   check_finite("metrics", metrics)

@@ -29,26 +29,34 @@ class ImageConfig(MethodConfig):
   """One dataset, one method, one seed."""
 
   dataset: str = setting("mnist", "Image dataset.", choices=images.DATASETS)
-  source: str = setting("files", "Original files (local directory, cache or checksummed download) or "
-                        "tensorflow_datasets.", choices=images.SOURCES, shapes=NOTHING)
+  source: str = setting(
+      "files", "Original files (local directory, cache or checksummed download) or "
+      "tensorflow_datasets.", choices=images.SOURCES, shapes=NOTHING)
   data_dir: Optional[str] = setting(
-      None, "Local data directory (<dir>/<dataset>/...); default $REFINED_VI_DATA_DIR. Missing files are "
+      None,
+      "Local data directory (<dir>/<dataset>/...); default $REFINED_VI_DATA_DIR. Missing files are "
       "downloaded and checksummed.", shapes=NOTHING)
-  download: bool = setting(True, "Download missing files (else a missing file is an error).", shapes=NOTHING)
+  download: bool = setting(True, "Download missing files (else a missing file is an error).",
+                           shapes=NOTHING)
   pixel_scaling: str = setting(
       "by_method", "standardise: per channel with training statistics (the authors' VI code); "
-      "unit_interval: [0, 1] pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble the paper "
-      "reports); by_method: unit_interval for deep_ensemble, standardise otherwise.", choices=PIXEL_SCALINGS)
+      "unit_interval: [0, 1] pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble "
+      "the paper reports); by_method: unit_interval for deep_ensemble, standardise otherwise.",
+      choices=PIXEL_SCALINGS)
   ensemble_kernel_initializer: str = setting(
-      "glorot_uniform", "deep_ensemble: initialiser of the ReLU layers' kernels (glorot_uniform: the Keras "
+      "glorot_uniform",
+      "deep_ensemble: initialiser of the ReLU layers' kernels (glorot_uniform: the Keras "
       "default uncertainty-baselines uses; he_normal: as the suite's other LeNet-5s).",
       choices=ENSEMBLE_KERNEL_INITIALIZERS, shapes=(ENSEMBLE,))
   initial_untransformed_posterior_scale: float = setting(
-      -4.0, "VI family: the posterior scales start at softplus of this. -4 (0.018) lands VI within 2 "
+      -4.0,
+      "VI family: the posterior scales start at softplus of this. -4 (0.018) lands VI within 2 "
       "paper std on MNIST and Fashion-MNIST (image/README.md); -7 (9e-4) is the authors' code.",
       minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI))
-  eval_batch_size: int = setting(500, "Test examples per evaluation batch.", minimum=1, shapes=RESULTS)
-  num_train_examples: int = setting(0, "Training examples used (0: all; fewer for smoke runs).", minimum=0)
+  eval_batch_size: int = setting(500, "Test examples per evaluation batch.", minimum=1,
+                                 shapes=RESULTS)
+  num_train_examples: int = setting(0, "Training examples used (0: all; fewer for smoke runs).",
+                                    minimum=0)
   num_test_examples: int = setting(0, "Test examples used (0: all).", minimum=0, shapes=RESULTS)
   # Per member: the 10 refined members give 10 draws in all.
   elbo_num_samples: int = with_default(MethodConfig, "elbo_num_samples", 1)

@@ -23,8 +23,9 @@ def _pyplot():
   return plt
 
 
-def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial_elbo: float, elbo_aux: float,
-                            title: str, path: str, stage_means: Optional[np.ndarray] = None) -> None:
+def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial_elbo: float,
+                            elbo_aux: float, title: str, path: str,
+                            stage_means: Optional[np.ndarray] = None) -> None:
   """Paper Figure 4: the minibatch ELBO_aux estimate at every refinement step, one line per member.
 
   ELBO_aux rises after each auxiliary variable (Eq. 13 grows with k); the
@@ -41,16 +42,18 @@ def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial
     axis.plot(steps, trace[:, member], color="C0", alpha=0.15, linewidth=0.6)
   window = min(_SMOOTHING_WINDOW, max(len(trace), 1))
   smoothed = np.convolve(trace.mean(axis=1), np.ones(window) / window, mode="valid")
-  axis.plot(steps[window - 1:], smoothed, color="C0", label=f"mean over members ({window}-step average)")
+  axis.plot(steps[window - 1:], smoothed, color="C0",
+            label=f"mean over members ({window}-step average)")
   if steps_per_auxiliary:
     for boundary in range(0, len(trace), steps_per_auxiliary):
       axis.axvline(boundary + 0.5, color="grey", linestyle="--", linewidth=0.7)
-  axis.axhline(initial_elbo, color="C3", label=f"VI ELBO {initial_elbo:.1f} (the refinement's M draws)")
+  axis.axhline(initial_elbo, color="C3",
+               label=f"VI ELBO {initial_elbo:.1f} (the refinement's M draws)")
   axis.axhline(elbo_aux, color="C2", label=f"final ELBO_aux {elbo_aux:.1f}")
   if stage_means is not None:
     boundaries = np.arange(len(stage_means)) * steps_per_auxiliary
-    axis.step(boundaries, stage_means, where="pre", color="k", marker="o", markersize=3, linewidth=1.2,
-              label="whole-training-set ELBO_aux reached by each stage")
+    axis.step(boundaries, stage_means, where="pre", color="k", marker="o", markersize=3,
+              linewidth=1.2, label="whole-training-set ELBO_aux reached by each stage")
   low, high = np.percentile(trace, [2, 100])
   margin = 0.1 * (high - low + 1e-9)
   axis.set_ylim(min(low, initial_elbo) - margin, max(high, elbo_aux) + margin)
@@ -86,5 +89,6 @@ def write_refinement_trace(output_dir: str, refinement: RefinementResult, steps_
     stage_columns.update({f"member_{m}": stages[:, m] for m in range(stages.shape[1])})
     write_csv_atomically(os.path.join(output_dir, TRACE_STAGES_FILENAME), stage_columns)
   plot_elbo_aux_staircase(trace, steps_per_auxiliary, refinement.initial_elbo_estimate,
-                          refinement.elbo_aux_estimate, title, os.path.join(output_dir, FIGURE_FILENAME),
+                          refinement.elbo_aux_estimate, title,
+                          os.path.join(output_dir, FIGURE_FILENAME),
                           stage_means=None if stages is None else stages.mean(axis=1))

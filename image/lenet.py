@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage, LayerChain, MaxPool2D
+from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, FlattenImage,
+                                       LayerChain, MaxPool2D)
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.deep_ensemble import MemberConv2D, MemberDense
@@ -39,9 +40,9 @@ def _lenet(conv, dense, num_classes: int) -> LayerChain:
   return LayerChain(layers, name="lenet5")
 
 
-def mean_field_lenet5(num_members: Optional[int] = None, num_classes: int = 10,
-                      empirical_bayes_prior: bool = True,
-                      untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE) -> LayerChain:
+def mean_field_lenet5(
+    num_members: Optional[int] = None, num_classes: int = 10, empirical_bayes_prior: bool = True,
+    untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE) -> LayerChain:
   """Flipout convolutions and local-reparameterisation dense layers (paper Section 4.3).
 
   Posterior scales start at softplus(`untransformed_scale_init`) (the authors' code: -7).
@@ -49,11 +50,11 @@ def mean_field_lenet5(num_members: Optional[int] = None, num_classes: int = 10,
   common = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior,
                 untransformed_scale_init=untransformed_scale_init)
   return _lenet(
-      lambda filters, _: Conv2DFlipout(filters, KERNEL_SIZE, padding="SAME", activation="relu", **common),
+      lambda filters, _: Conv2DFlipout(filters, KERNEL_SIZE, padding="SAME", activation="relu", **
+                                       common),
       lambda units, activation, _: DenseReparameterization(
-          units, activation=activation, kernel_initializer="he_normal" if activation else "glorot_uniform",
-          **common),
-      num_classes)
+          units, activation=activation, kernel_initializer="he_normal"
+          if activation else "glorot_uniform", **common), num_classes)
 
 
 def mnf_lenet5(seed: int = 0, num_classes: int = 10) -> LayerChain:
@@ -82,12 +83,12 @@ def ensemble_lenet5(num_members: int = 10, seed: int = 0, num_classes: int = 10,
     raise ValueError(f"unknown kernel_initializer {kernel_initializer!r}; "
                      f"allowed: {', '.join(ENSEMBLE_KERNEL_INITIALIZERS)}")
   return _lenet(
-      lambda filters, index: MemberConv2D(filters, KERNEL_SIZE, num_members, padding="SAME", activation="relu",
-                                          kernel_initializer=kernel_initializer, seed=derived_seed(seed, index)),
+      lambda filters, index:
+      MemberConv2D(filters, KERNEL_SIZE, num_members, padding="SAME", activation="relu",
+                   kernel_initializer=kernel_initializer, seed=derived_seed(seed, index)),
       lambda units, activation, index: MemberDense(
           units, num_members, activation=activation, seed=derived_seed(seed, index),
-          kernel_initializer=kernel_initializer if activation else "glorot_uniform"),
-      num_classes)
+          kernel_initializer=kernel_initializer if activation else "glorot_uniform"), num_classes)
 
 
 def lenet5_networks(config: ImageConfig, num_classes: int) -> Networks:
@@ -97,6 +98,8 @@ def lenet5_networks(config: ImageConfig, num_classes: int) -> Networks:
                              config.initial_untransformed_posterior_scale)
 
   def ensemble(num_members):
-    return ensemble_lenet5(num_members, config.seed, num_classes, config.ensemble_kernel_initializer)
+    return ensemble_lenet5(num_members, config.seed, num_classes,
+                           config.ensemble_kernel_initializer)
 
-  return Networks(mean_field=mean_field, mnf=lambda: mnf_lenet5(config.seed, num_classes), ensemble=ensemble)
+  return Networks(mean_field=mean_field, mnf=lambda: mnf_lenet5(config.seed, num_classes),
+                  ensemble=ensemble)

@@ -1,4 +1,4 @@
-"""LeNet-5 image classification (paper Table 2, Figure 4): one dataset, one method, one seed per run.
+"""LeNet-5 image classification (paper Table 2, Figure 4): one dataset, method and seed per run.
 
   python -m image.main --dataset=mnist --method=refined_vi --seed=0 \\
       --output_dir=results/image/mnist/refined_vi/seed_0 \\
@@ -45,7 +45,8 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   from auxiliary_sampling.predictive import categorical_log_likelihood
   from baselines.methods import train_method
   from common.classification_metrics import (classification_metrics, member_metrics,
-                                             predict_member_log_probabilities, predictive_log_probabilities)
+                                             predict_member_log_probabilities,
+                                             predictive_log_probabilities)
   from common.results import check_finite, write_results
   from common.seeding import seed_everything
   from image.figures import write_refinement_trace
@@ -64,7 +65,9 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   member_log_probabilities = predict_member_log_probabilities(
       run.sample_outputs, images.input_pipeline(x_test, y_test, config.eval_batch_size))
   metrics = dict(run.metrics)
-  metrics.update(classification_metrics(predictive_log_probabilities(member_log_probabilities).numpy(), y_test))
+  metrics.update(
+      classification_metrics(
+          predictive_log_probabilities(member_log_probabilities).numpy(), y_test))
   metrics.update(member_metrics(member_log_probabilities, y_test))
   metrics.update(num_train=len(y_train), num_test=len(y_test),
                  peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -74,10 +77,11 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
     write_refinement_trace(output_dir, run.refinement, config.steps_per_auxiliary,
                            f"LeNet-5 / {config.dataset}, seed {config.seed}")
   timings["total_seconds"] = time.perf_counter() - started
-  write_results(output_dir, benchmark="image", dataset=config.dataset, method=config.method, seed=config.seed,
-                flags=config.as_dict(), metrics=metrics, timings=timings)
+  write_results(output_dir, benchmark="image", dataset=config.dataset, method=config.method,
+                seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
   return metrics
 
 
 if __name__ == "__main__":
-  cli.main(ImageConfig, train_and_evaluate, printed_metrics=("test_mll", "test_accuracy", "elbo", "elbo_aux"))
+  cli.main(ImageConfig, train_and_evaluate,
+           printed_metrics=("test_mll", "test_accuracy", "elbo", "elbo_aux"))

@@ -37,12 +37,18 @@ def summary(runs: pd.DataFrame) -> pd.DataFrame:
 def write_tables(results_dir: str, output_dir: str) -> dict:
   runs = load_runs(results_dir)
   table = summary(runs)
-  title = ["# LeNet-5 image classification (paper Table 2): ours, with the paper's value in parentheses", "",
-           "Test MLL and accuracy of the M = 10 sample (or member) predictive; ELBO of the VI model and ELBO_aux",
-           "of the refined samples on the training set, whole-dataset scale. Mean ± std over seeds; ECE and",
-           "Brier score are in table.csv."]
-  check_text = tables.checks(runs, table, [("test_mll", "mll"), ("test_accuracy", "accuracy"), ("elbo", "elbo"),
-                                           ("elbo_aux", "elbo")], higher_is_better=("test_mll", "test_accuracy"))
+  title = [
+      "# LeNet-5 image classification (paper Table 2): ours, with the paper's value in parentheses",
+      "",
+      ("Test MLL and accuracy of the M = 10 sample (or member) predictive; ELBO of the VI model "
+       "and ELBO_aux"),
+      ("of the refined samples on the training set, whole-dataset scale. Mean ± std over seeds; "
+       "ECE and"),
+      "Brier score are in table.csv."
+  ]
+  check_text = tables.checks(runs, table, [("test_mll", "mll"), ("test_accuracy", "accuracy"),
+                                           ("elbo", "elbo"), ("elbo_aux", "elbo")],
+                             higher_is_better=("test_mll", "test_accuracy"))
   tables.write_tables(runs, table, output_dir, title, COLUMNS, check_text, DATASETS)
   return {"runs": runs, "table": table}
 

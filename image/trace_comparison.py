@@ -1,9 +1,10 @@
 """Two VI training traces side by side: minibatch ELBO and KL averaged around given steps.
 
+  ablation=results/ablations/mnist_initial_posterior_scale
   python -m image.trace_comparison \
       --baseline=results/image/mnist/vi_checkpoints/seed_0/trace.npz \
-      --variant=results/ablations/mnist_initial_posterior_scale/untransformed_-4/vi_checkpoints/seed_0/trace.npz \
-      --output=results/ablations/mnist_initial_posterior_scale/trace_comparison.md
+      --variant=$ablation/untransformed_-4/vi_checkpoints/seed_0/trace.npz \
+      --output=$ablation/trace_comparison.md
 
 Each trace.npz (written beside the VI checkpoints) holds the per-step minibatch
 ELBO estimate (`trace`, whole-dataset scale) and the KL (`kl_trace`). A
@@ -24,8 +25,12 @@ def load_trace(path: str) -> dict[str, np.ndarray]:
   with np.load(path) as data:
     missing = {"trace", "kl_trace"} - set(data.files)
     if missing:
-      raise ValueError(f"{path} has no {', '.join(sorted(missing))} (a VI trace.npz has trace and kl_trace)")
-    return {"elbo": np.asarray(data["trace"], np.float64), "kl": np.asarray(data["kl_trace"], np.float64)}
+      raise ValueError(
+          f"{path} has no {', '.join(sorted(missing))} (a VI trace.npz has trace and kl_trace)")
+    return {
+        "elbo": np.asarray(data["trace"], np.float64),
+        "kl": np.asarray(data["kl_trace"], np.float64)
+    }
 
 
 def windowed_mean(values: np.ndarray, step: int, window: int) -> float:
@@ -48,14 +53,18 @@ def comparison_rows(baseline: dict, variant: dict, steps=STEPS, window: int = 50
 
 
 def to_markdown(rows: list[dict], baseline: str, variant: str, window: int) -> str:
-  lines = [f"# VI traces: {variant} against {baseline}", "",
-           f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at each step.", "",
-           "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
-           "|---|---|---|---|---|---|"]
+  lines = [
+      f"# VI traces: {variant} against {baseline}", "",
+      (f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at "
+       "each step."),
+      "", "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
+      "|---|---|---|---|---|---|"
+  ]
   for row in rows:
-    cells = [f"{row['step']:,}"] + [("–" if np.isnan(row[key]) else f"{row[key]:,.0f}") for key in
-                                    ("baseline_elbo", "variant_elbo", "elbo_difference", "baseline_kl",
-                                     "variant_kl")]
+    cells = [f"{row['step']:,}"] + [
+        ("–" if np.isnan(row[key]) else f"{row[key]:,.0f}")
+        for key in ("baseline_elbo", "variant_elbo", "elbo_difference", "baseline_kl", "variant_kl")
+    ]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

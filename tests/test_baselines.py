@@ -26,15 +26,18 @@ def _regression_data(num_examples=120, dimension=3, seed=0):
 
 
 def _vi_network():
-  return tf_keras.Sequential([DenseReparameterization(8, activation="relu"), DenseReparameterization(1),
-                              HomoscedasticNoise()])
+  return tf_keras.Sequential([
+      DenseReparameterization(8, activation="relu"),
+      DenseReparameterization(1),
+      HomoscedasticNoise()
+  ])
 
 
 def _trainer(seed=0):
   x, y = _regression_data()
   tf.keras.utils.set_random_seed(seed)
-  return MeanFieldTrainer(_vi_network(), x, y, gaussian_head_log_likelihood, batch_size=32, seed=seed,
-                          steps_per_checkpoint=40, summary_every=10)
+  return MeanFieldTrainer(_vi_network(), x, y, gaussian_head_log_likelihood, batch_size=32,
+                          seed=seed, steps_per_checkpoint=40, summary_every=10)
 
 
 def test_interrupted_training_resumes_to_the_same_state(tmp_path):
@@ -56,7 +59,8 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
   trainer = _trainer()
   result = trainer.train(600, summary_dir=str(tmp_path))
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
-  summaries = tf.compat.v1.train.summary_iterator(glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
+  summaries = tf.compat.v1.train.summary_iterator(
+      glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
   tags = {value.tag for event in summaries for value in event.summary.value}
   assert tags == {"elbo", "kl", "expected_log_likelihood"}
   assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
@@ -75,7 +79,7 @@ def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
   assert not glob.glob(str(tmp_path / "*.index"))
 
 
-# MNF ------------------------------------------------------------------------------------------------------------
+# MNF ----------------------------------------------------------------------------------------------
 
 
 def _flow(dimension=5, steps=2, hidden=7, seed=1):
@@ -102,7 +106,8 @@ def test_flow_log_determinant_matches_the_jacobian_and_tfp_bijectors():
   np.testing.assert_allclose(log_det, tf.linalg.slogdet(jacobian)[1], rtol=1e-4, atol=1e-5)
   bijector = flow.as_bijector()
   np.testing.assert_allclose(bijector.forward(z), output, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(bijector.forward_log_det_jacobian(z, event_ndims=1), log_det, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bijector.forward_log_det_jacobian(z, event_ndims=1), log_det,
+                             rtol=1e-5, atol=1e-6)
 
 
 def _built_dense(use_flows=True, units=4, inputs=5, seed=3):
@@ -132,18 +137,26 @@ def test_bound_pieces_against_direct_computation():
   np.testing.assert_allclose(layer.weight_kl(z), kl_direct, rtol=1e-5)
   counter = layer.noise_counter.numpy()
   log_r = layer.log_reverse(z)
-  noise = tf.random.stateless_normal([4], tf.stack([layer.noise_seed, tf.constant(counter + 1, tf.int64)]))
-  weights_mean = tf.linalg.matvec(tf.transpose(z[:, None] * layer.kernel_loc), layer.reverse_projection)
+  noise = tf.random.stateless_normal([4],
+                                     tf.stack(
+                                         [layer.noise_seed,
+                                          tf.constant(counter + 1, tf.int64)]))
+  weights_mean = tf.linalg.matvec(tf.transpose(z[:, None] * layer.kernel_loc),
+                                  layer.reverse_projection)
   weights_variance = tf.linalg.matvec(tf.transpose(tf.square(layer.kernel_scale)),
                                       tf.square(layer.reverse_projection))
   summary = tf.reduce_mean(tf.tanh(weights_mean + tf.sqrt(weights_variance) * noise))
   precision = tf.exp(layer.reverse_log_precision_weights * summary)
-  expected = tf.reduce_sum(tfd.Normal(layer.reverse_mean_weights * summary, tf.math.rsqrt(precision)).log_prob(z))
+  expected = tf.reduce_sum(
+      tfd.Normal(layer.reverse_mean_weights * summary, tf.math.rsqrt(precision)).log_prob(z))
   np.testing.assert_allclose(log_r, expected, rtol=1e-5)
 
 
 def test_without_flows_and_noise_mnf_is_a_gaussian_mean_field_layer():
-  """z fixed at 1 (no flows, zero z variance): outputs and KL equal those of DenseReparameterization."""
+  """z fixed at 1: outputs and KL equal those of DenseReparameterization.
+
+  No flows, zero z variance.
+  """
   layer = _built_dense(use_flows=False)
   layer.z_loc.assign(tf.ones([5]))
   layer.untransformed_z_scale.assign(tf.fill([5], -30.0))
@@ -159,8 +172,10 @@ def test_without_flows_and_noise_mnf_is_a_gaussian_mean_field_layer():
   ours, theirs = layer(inputs), reference(inputs)
   np.testing.assert_allclose(tf.reduce_mean(ours, 0), tf.reduce_mean(theirs, 0), atol=0.03)
   np.testing.assert_allclose(tf.math.reduce_std(ours, 0), tf.math.reduce_std(theirs, 0), rtol=0.03)
-  kl_weights = layer.kl_divergence() - (layer.sample_z(tf.zeros([0], tf.int32))[1] - layer.log_reverse(layer.z_loc))
-  assert abs(float(kl_weights - reference.kl_divergence())) < 1e-2 * float(reference.kl_divergence())
+  kl_weights = layer.kl_divergence() - (layer.sample_z(tf.zeros([0], tf.int32))[1] -
+                                        layer.log_reverse(layer.z_loc))
+  assert abs(float(kl_weights -
+                   reference.kl_divergence())) < 1e-2 * float(reference.kl_divergence())
 
 
 def test_conv_mnf_multiplies_output_channels():
@@ -172,29 +187,38 @@ def test_conv_mnf_multiplies_output_channels():
   layer.untransformed_bias_scale.assign(tf.fill([3], -30.0))
   counter = layer.noise_counter.numpy()
   outputs = layer(images)
-  z_noise = tf.random.stateless_normal([2, 3], tf.stack([layer.noise_seed, tf.constant(counter + 1, tf.int64)]))
+  z_noise = tf.random.stateless_normal([2, 3],
+                                       tf.stack(
+                                           [layer.noise_seed,
+                                            tf.constant(counter + 1, tf.int64)]))
   z, _ = layer.flow_q.forward(layer.z_loc + layer.z_scale * z_noise)
-  expected = tf.nn.conv2d(images, layer.kernel_loc, 1, "SAME") * z[:, None, None, :] + layer.bias_loc
+  expected = tf.nn.conv2d(images, layer.kernel_loc, 1, "SAME") * z[:, None,
+                                                                   None, :] + layer.bias_loc
   np.testing.assert_allclose(outputs, expected, rtol=1e-4, atol=1e-4)
   assert np.isfinite(layer.kl_divergence().numpy())
 
 
 def test_mnf_training_reaches_every_variable_and_improves_the_bound():
   x, y = _regression_data()
-  model = tf_keras.Sequential(mnf.regression_mnf(8, seed=0, hidden_units_q=6, hidden_units_r=6).layers
-                              + [HomoscedasticNoise()])
+  model = tf_keras.Sequential(
+      mnf.regression_mnf(8, seed=0, hidden_units_q=6, hidden_units_r=6).layers +
+      [HomoscedasticNoise()])
   model(x[:1])
   with tf.GradientTape() as tape:
     loss = -tf.reduce_sum(gaussian_head_log_likelihood(y, model(x))) + mnf.mnf_kl(model)
   gradients = tape.gradient(loss, model.trainable_variables)
-  missing = [v.name for v, g in zip(model.trainable_variables, gradients) if g is None or not np.any(g.numpy())]
+  missing = [
+      v.name
+      for v, g in zip(model.trainable_variables, gradients)
+      if g is None or not np.any(g.numpy())
+  ]
   assert not missing
   result = mnf.train_mnf(model, x, y, gaussian_head_log_likelihood, num_steps=600, batch_size=32)
   assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
   assert result.kl_trace[-50:].mean() < result.kl_trace[:50].mean()
 
 
-# Deep ensembles ---------------------------------------------------------------------------------------------------
+# Deep ensembles -----------------------------------------------------------------------------------
 
 
 def test_ensemble_members_start_different_and_match_their_own_layer():
@@ -204,20 +228,21 @@ def test_ensemble_members_start_different_and_match_their_own_layer():
   assert outputs.shape == (3, 5, 2)
   kernel = model.layers[0].kernel.numpy()
   assert not np.allclose(kernel[0], kernel[1])
-  np.testing.assert_allclose(np.std(kernel, axis=(1, 2)), math.sqrt(2 / 3), rtol=0.5)   # He fan-in of one member
+  np.testing.assert_allclose(np.std(kernel, axis=(1, 2)), math.sqrt(2 / 3),
+                             rtol=0.5)  # He fan-in of one member
   member = 1
   hidden = tf.nn.relu(x @ kernel[member] + model.layers[0].bias[member])
   raw = hidden @ model.layers[1].kernel[member] + model.layers[1].bias[member]
   np.testing.assert_allclose(outputs[member, :, 0], raw[:, 0], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(outputs[member, :, 1] ** 2, tf.nn.softplus(raw[:, 1]) + 1e-6, rtol=1e-5)
+  np.testing.assert_allclose(outputs[member, :, 1]**2, tf.nn.softplus(raw[:, 1]) + 1e-6, rtol=1e-5)
 
 
 def test_adversarial_examples_increase_the_loss_and_training_fits():
   x, y = _regression_data()
   model = deep_ensemble.regression_ensemble(num_members=2, hidden_units=8, seed=1)
   model(x[:1])
-  clean = ElboMaximizer(model, x, y, gaussian_head_log_likelihood, model.trainable_variables, batch_size=16,
-                        kl_fn=lambda: tf.zeros([2]), member_batches=2)
+  clean = ElboMaximizer(model, x, y, gaussian_head_log_likelihood, model.trainable_variables,
+                        batch_size=16, kl_fn=lambda: tf.zeros([2]), member_batches=2)
   adversarial = deep_ensemble.AdversarialMaximizer(
       model, x, y, gaussian_head_log_likelihood, model.trainable_variables, batch_size=16,
       kl_fn=lambda: tf.zeros([2]), member_batches=2, epsilon=0.1)
@@ -226,7 +251,8 @@ def test_adversarial_examples_increase_the_loss_and_training_fits():
   clean_objective = clean.expected_log_likelihood_on_batch(inputs, labels)
   both = adversarial.expected_log_likelihood_on_batch(inputs, labels)
   assert np.all(both < 2 * clean_objective)   # the adversarial term is worse than the clean one
-  result = deep_ensemble.train_deep_ensemble(model, x, y, gaussian_head_log_likelihood, num_members=2,
-                                             num_steps=800, batch_size=32, epsilon=0.01)
+  result = deep_ensemble.train_deep_ensemble(model, x, y, gaussian_head_log_likelihood,
+                                             num_members=2, num_steps=800, batch_size=32,
+                                             epsilon=0.01)
   assert result.trace.shape == (800, 2)
   assert np.all(result.trace[-50:].mean(0) > result.trace[:50].mean(0) + 50)

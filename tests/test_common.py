@@ -14,19 +14,25 @@ from common.seeding import seed_everything
 
 def test_results_file_has_the_conventions(tmp_path):
   path = write_results(str(tmp_path), benchmark="uci", dataset="wine", method="vi", seed=3,
-                       flags={"steps": 10}, metrics={"test_mll": -0.9}, timings={"train_seconds": 1.0})
+                       flags={"steps": 10}, metrics={"test_mll": -0.9},
+                       timings={"train_seconds": 1.0})
   payload = json.loads(open(path).read())
-  assert set(payload) >= {"benchmark", "dataset", "method", "seed", "flags", "metrics", "timings", "versions",
-                          "git_commit", "machine", "command"}
+  assert set(payload) >= {
+      "benchmark", "dataset", "method", "seed", "flags", "metrics", "timings", "versions",
+      "git_commit", "machine", "command"
+  }
   assert payload["metrics"]["test_mll"] == -0.9
 
 
-def test_results_record_the_commit_the_run_started_from_and_the_one_it_ended_at(tmp_path, monkeypatch):
+def test_results_record_the_commit_the_run_started_from_and_the_one_it_ended_at(
+    tmp_path, monkeypatch):
   from common import results
   started_at = results.git_commit()
   monkeypatch.setattr(results, "git_commit", lambda: "commit-landed-during-the-run")
-  payload = json.loads(open(write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={},
-                                          timings={})).read())
+  payload = json.loads(
+      open(
+          write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={},
+                        timings={})).read())
   assert payload["git_commit"] == "commit-landed-during-the-run"
   assert payload["git_commit_at_start"] == started_at
 
@@ -34,7 +40,8 @@ def test_results_record_the_commit_the_run_started_from_and_the_one_it_ended_at(
 def test_results_files_get_the_usual_permissions_not_the_temporary_files(tmp_path):
   previous = os.umask(0o022)
   try:
-    path = write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={}, timings={})
+    path = write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={},
+                         timings={})
   finally:
     os.umask(previous)
   assert os.stat(path).st_mode & 0o777 == 0o644
@@ -42,7 +49,8 @@ def test_results_files_get_the_usual_permissions_not_the_temporary_files(tmp_pat
 
 def test_non_finite_metrics_are_refused_and_nothing_is_written(tmp_path):
   with pytest.raises(FloatingPointError, match="metrics.elbo is nan"):
-    write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={"elbo": math.nan}, timings={})
+    write_results(str(tmp_path), benchmark="uci", method="vi", flags={}, metrics={"elbo": math.nan},
+                  timings={})
   assert os.listdir(tmp_path) == []
 
 
@@ -57,13 +65,15 @@ def test_log_mean_exp_and_predictive_likelihoods():
   assert predictive.log_mean_exp(np.array([-1000.0, -1000.0])).numpy() == pytest.approx(-1000.0)
   from scipy.stats import norm
   # Original units: y = 10 + 2 * y_std.
-  got = predictive.gaussian_log_likelihood(np.array([13.0]), np.array([1.0]), np.array([0.5]), 10.0, 2.0)
+  got = predictive.gaussian_log_likelihood(np.array([13.0]), np.array([1.0]), np.array([0.5]), 10.0,
+                                           2.0)
   assert got.numpy() == pytest.approx(norm(12.0, 1.0).logpdf(13.0))
   logits = np.array([[[2.0, 0.0, -1.0]], [[0.0, 1.0, 0.0]]])
   member = predictive.categorical_log_likelihood(np.array([1]), logits).numpy()
   probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   assert member[:, 0] == pytest.approx(np.log(probabilities[:, 0, 1]))
-  assert predictive.marginal_log_likelihood(member) == pytest.approx(np.log(probabilities[:, 0, 1].mean()))
+  assert predictive.marginal_log_likelihood(member) == pytest.approx(
+      np.log(probabilities[:, 0, 1].mean()))
 
 
 def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
@@ -71,10 +81,11 @@ def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
     write_results(str(tmp_path / "uci" / "boston_housing" / "vi" / str(seed)), benchmark="uci",
                   dataset="boston_housing", method="vi", seed=seed, flags={},
                   metrics={"test_mll": mll, "elbo": -650.0 - seed}, timings={"train_seconds": 1.0})
-  write_results(str(tmp_path / "ablations" / "fixed_prior" / "uci" / "boston_housing" / "vi" / "0"), benchmark="uci",
-                dataset="boston_housing", method="vi", seed=0, flags={}, metrics={"test_mll": -5.0}, timings={})
-  write_results(str(tmp_path / "smoke" / "uci" / "vi"), benchmark="uci", dataset="boston_housing", method="vi",
-                seed=0, flags={}, metrics={"test_mll": -9.0}, timings={})
+  write_results(str(tmp_path / "ablations" / "fixed_prior" / "uci" / "boston_housing" / "vi" / "0"),
+                benchmark="uci", dataset="boston_housing", method="vi", seed=0, flags={},
+                metrics={"test_mll": -5.0}, timings={})
+  write_results(str(tmp_path / "smoke" / "uci" / "vi"), benchmark="uci", dataset="boston_housing",
+                method="vi", seed=0, flags={}, metrics={"test_mll": -9.0}, timings={})
   (tmp_path / "smoke" / "uci" / "vi" / "figure.png").write_bytes(b"")
   (tmp_path / "uci" / "figure4.png").write_bytes(b"")
   frame = report.load_results(str(tmp_path))
@@ -118,13 +129,19 @@ def test_one_loader_skips_ablations_and_smoke_below_the_results_dir_for_tables_a
 
 def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp_path):
   write_results(str(tmp_path / "toy" / "eight_schools"), benchmark="toy", dataset="eight_schools",
-                method="refined_vi", seed=0, flags={},
-                metrics={"elbo_aux_by_k": {"1": -31.47, "4": -31.45}, "nuts_mu_mean": 4.4}, timings={})
-  write_results(str(tmp_path / "toy" / "multimodal"), benchmark="toy", dataset="multimodal", method="refined_vi",
-                seed=0, flags={}, metrics={"elbo_aux": -0.5}, timings={})
+                method="refined_vi", seed=0, flags={}, metrics={
+                    "elbo_aux_by_k": {
+                        "1": -31.47,
+                        "4": -31.45
+                    },
+                    "nuts_mu_mean": 4.4
+                }, timings={})
+  write_results(str(tmp_path / "toy" / "multimodal"), benchmark="toy", dataset="multimodal",
+                method="refined_vi", seed=0, flags={}, metrics={"elbo_aux": -0.5}, timings={})
   frame = report.load_results(str(tmp_path))
   row = frame[frame.dataset == "eight_schools"].iloc[0]
-  assert row["elbo_aux_by_k[4]"] == pytest.approx(-31.45) and row["nuts_mu_mean"] == pytest.approx(4.4)
+  assert row["elbo_aux_by_k[4]"] == pytest.approx(-31.45) and row["nuts_mu_mean"] == pytest.approx(
+      4.4)
   text = open(report.write_report(str(tmp_path), str(tmp_path / "report"))).read()
   eight_schools = text.split("## toy: eight_schools")[1].split("## toy: multimodal")[0]
   assert "| elbo_aux_by_k[4] | -31.450 |" in eight_schools and "elbo_aux_mean" not in eight_schools

@@ -30,7 +30,9 @@ def test_closed_forms_match_generic_gaussian_conditioning():
   gain = cov[0, 1] / cov[1, 1]
   w = 1.9
   expected = (mean[0] + gain * (w - mean[1]), cov[0, 0] - gain * cov[1, 0])
-  got = _np(c.auxiliary_given_weight(w, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  got = _np(
+      c.auxiliary_given_weight(w, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                               p["aux_variance"]))
   assert got == pytest.approx(expected, rel=1e-12)
   # Joint under q: w ~ q(w), a | w ~ p(a | w) = N(alpha + gain * w, noise).
   alpha, noise = mean[0] - gain * mean[1], expected[1]
@@ -48,7 +50,9 @@ def test_closed_forms_match_generic_gaussian_conditioning():
   # p(w | a): conditioning the prior joint on a.
   prior_gain = cov[1, 0] / cov[0, 0]
   expected_prior = (mean[1] + prior_gain * (a - mean[0]), cov[1, 1] - prior_gain * cov[0, 1])
-  got_prior = _np(c.prior_given_auxiliary(a, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  got_prior = _np(
+      c.prior_given_auxiliary(a, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                              p["aux_variance"]))
   assert got_prior == pytest.approx(expected_prior, rel=1e-12)
 
 
@@ -59,10 +63,12 @@ def test_closed_forms_match_monte_carlo():
   # the prior joint of (a, rest) and conditioning by importance weighting is
   # avoided: draw a ~ p(a | w) via the generative split w = a + rest directly.
   w = rng.normal(p["posterior_loc"], np.sqrt(p["posterior_variance"]), n)
-  a_loc, a_var = c.auxiliary_given_weight(w, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"])
+  a_loc, a_var = c.auxiliary_given_weight(w, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                                          p["aux_variance"])
   a = rng.normal(np.asarray(a_loc), np.sqrt(float(a_var)))
-  marginal_loc, marginal_var = _np(c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
-                                                        p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  marginal_loc, marginal_var = _np(
+      c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
+                           p["prior_variance"], p["aux_loc"], p["aux_variance"]))
   assert a.mean() == pytest.approx(marginal_loc, abs=4e-3)
   assert a.var() == pytest.approx(marginal_var, rel=4e-3)
   # The other factorisation, a ~ q(a) then w ~ q(w | a), gives the same joint.
@@ -78,12 +84,14 @@ def test_prior_split_from_monte_carlo():
   rng = np.random.default_rng(2)
   p, n = CASE, 2_000_000
   a = rng.normal(p["aux_loc"], np.sqrt(p["aux_variance"]), n)
-  rest = rng.normal(p["prior_loc"] - p["aux_loc"], np.sqrt(p["prior_variance"] - p["aux_variance"]), n)
+  rest = rng.normal(p["prior_loc"] - p["aux_loc"], np.sqrt(p["prior_variance"] - p["aux_variance"]),
+                    n)
   w = a + rest
   slope, intercept = np.polyfit(w, a, 1)
   residual_var = np.var(a - (slope * w + intercept))
-  loc_at_1, var = _np(c.auxiliary_given_weight(1.0, p["prior_loc"], p["prior_variance"], p["aux_loc"],
-                                               p["aux_variance"]))
+  loc_at_1, var = _np(
+      c.auxiliary_given_weight(1.0, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                               p["aux_variance"]))
   assert slope + intercept == pytest.approx(loc_at_1, abs=3e-3)
   assert residual_var == pytest.approx(var, rel=3e-3)
 
@@ -91,13 +99,16 @@ def test_prior_split_from_monte_carlo():
 def test_ratio_to_zero_changes_nothing():
   p = dict(CASE, aux_variance=1e-12 * CASE["prior_variance"])
   # A typical draw from q(a): one marginal standard deviation from its mean.
-  m_loc, m_var = _np(c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
-                                          p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  m_loc, m_var = _np(
+      c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
+                           p["prior_variance"], p["aux_loc"], p["aux_variance"]))
   assert m_loc == pytest.approx(p["aux_loc"], abs=1e-9) and m_var < 1e-11
   loc, var = _np(c.posterior_given_auxiliary(m_loc + np.sqrt(m_var), **p))
   assert (loc, var) == pytest.approx((p["posterior_loc"], p["posterior_variance"]), rel=1e-5)
-  assert _np(c.prior_given_auxiliary(p["aux_loc"], p["prior_loc"], p["prior_variance"], p["aux_loc"],
-                                     p["aux_variance"])) == pytest.approx((p["prior_loc"], p["prior_variance"]))
+  assert _np(
+      c.prior_given_auxiliary(p["aux_loc"], p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                              p["aux_variance"])) == pytest.approx(
+                                  (p["prior_loc"], p["prior_variance"]))
 
 
 def test_ratio_to_one_collapses_onto_the_sample():
@@ -108,8 +119,9 @@ def test_ratio_to_one_collapses_onto_the_sample():
   assert loc == pytest.approx(a + p["prior_loc"] - p["aux_loc"], rel=1e-6)
   assert var == pytest.approx(0.0, abs=1e-9)
   # q(a) then has the shape of q(w), shifted by the means.
-  m_loc, m_var = _np(c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
-                                          p["prior_variance"], p["aux_loc"], p["aux_variance"]))
+  m_loc, m_var = _np(
+      c.auxiliary_marginal(p["posterior_loc"], p["posterior_variance"], p["prior_loc"],
+                           p["prior_variance"], p["aux_loc"], p["aux_variance"]))
   assert (m_loc, m_var) == pytest.approx((p["posterior_loc"] - p["prior_loc"] + p["aux_loc"],
                                           p["posterior_variance"]), rel=1e-6)
 
@@ -131,14 +143,17 @@ def test_posterior_equal_to_prior():
   assert marginal == pytest.approx((p["aux_loc"], p["aux_variance"]))  # q(a) = p(a)
   a = 0.9
   assert _np(c.posterior_given_auxiliary(a, **p)) == pytest.approx(
-      _np(c.prior_given_auxiliary(a, p["prior_loc"], p["prior_variance"], p["aux_loc"], p["aux_variance"])))
+      _np(
+          c.prior_given_auxiliary(a, p["prior_loc"], p["prior_variance"], p["aux_loc"],
+                                  p["aux_variance"])))
 
 
 def test_normal_kl_and_log_prob_match_tfp():
   import tensorflow_probability as tfp
   tfd = tfp.distributions
   q, p = tfd.Normal(0.3, 0.5), tfd.Normal(-0.2, 1.7)
-  assert float(c.normal_kl(0.3, 0.25, -0.2, 1.7**2)) == pytest.approx(float(tfd.kl_divergence(q, p)), rel=1e-5)
+  assert float(c.normal_kl(0.3, 0.25, -0.2,
+                           1.7**2)) == pytest.approx(float(tfd.kl_divergence(q, p)), rel=1e-5)
   assert float(c.normal_log_prob(0.4, 0.3, 0.25)) == pytest.approx(float(q.log_prob(0.4)), rel=1e-5)
 
 

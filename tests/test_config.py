@@ -1,4 +1,7 @@
-"""Settings declared once: checks, flags, rerun identity, checkpoint settings records, stale temporaries."""
+"""Settings declared once.
+
+Checks, flags, rerun identity, checkpoint settings records, stale temporaries.
+"""
 import dataclasses
 import json
 import math
@@ -71,12 +74,13 @@ def test_shipped_configs_are_valid_and_fully_documented():
 
 
 def test_vi_checkpoints_ignore_refinement_and_other_methods_settings():
-  """The vi, refined_vi and vi_equal_compute runs share one VI checkpoint: only what shapes it counts.
+  """vi, refined_vi and vi_equal_compute runs share one VI checkpoint: only what shapes it counts.
 
   Mutation: counting method or num_samples in the VI identity breaks that sharing (the runs would
   refuse each other's checkpoint) and fails here; leaving seed or dataset out fails too."""
   base = UciConfig()
-  other = UciConfig(method="vi", num_samples=3, steps_per_auxiliary=7, ensemble_members=2, mnf_steps=5)
+  other = UciConfig(method="vi", num_samples=3, steps_per_auxiliary=7, ensemble_members=2,
+                    mnf_steps=5)
   assert other.differences(base.identity("vi"), "vi") == []
   for name, value in (("seed", 1), ("dataset", "yacht_hydrodynamics"), ("split", "standard_90_10"),
                       ("hidden_units", 8), ("batch_size", 32), ("learning_rate", 0.01)):
@@ -86,9 +90,15 @@ def test_vi_checkpoints_ignore_refinement_and_other_methods_settings():
 def test_checkpoint_dir_records_its_settings_and_refuses_others(tmp_path):
   directory = str(tmp_path / "vi")
   claim_checkpoint_dir(directory, {"seed": 0, "sizes": (1, 2)}, replace_mismatched=False)
-  assert json.loads((tmp_path / "vi" / SETTINGS_FILENAME).read_text()) == {"seed": 0, "sizes": [1, 2]}
+  assert json.loads((tmp_path / "vi" / SETTINGS_FILENAME).read_text()) == {
+      "seed": 0,
+      "sizes": [1, 2]
+  }
   (tmp_path / "vi" / "ckpt-1.index").write_text("")
-  claim_checkpoint_dir(directory, {"seed": 0, "sizes": [1, 2]}, replace_mismatched=False)   # same: kept
+  claim_checkpoint_dir(directory, {
+      "seed": 0,
+      "sizes": [1, 2]
+  }, replace_mismatched=False)  # same: kept
   with pytest.raises(UsageError, match=r"--seed=1 \(checkpoint: 0\)"):
     claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=False)
   claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=True)

@@ -1,5 +1,5 @@
-"""Eight schools: the auxiliary decomposition leaves the prior unchanged; NUTS agrees with quadrature;
-the sample-based KL estimator is exact where it can be checked; the binary's outputs."""
+"""Eight schools: the auxiliary decomposition leaves the prior unchanged; NUTS agrees with
+quadrature; the sample-based KL estimator is exact where it can be checked; the binary's outputs."""
 import dataclasses
 import math
 import os
@@ -19,7 +19,10 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sample(program, names, num_draws, *args):
-  """Draws of the named random variables of an Edward2 program (one compiled program run per draw)."""
+  """Draws of the named random variables of an Edward2 program.
+
+  One compiled program run per draw.
+  """
   @tf.function
   def draw():
     with ed.tape() as tape:
@@ -35,14 +38,17 @@ def test_the_auxiliary_decomposition_leaves_the_prior_unchanged(num_auxiliary, n
   original = _sample(eight_schools.eight_schools, ["mu", "tau", "theta"], 1500)
   noncentered = _sample(eight_schools.noncentered_eight_schools, ["mu", "tau", "eta"], 1500)
   auxiliary = _sample(eight_schools.auxiliary_eight_schools,
-                      ["a_mu", "r_mu", "a_tau", "r_tau", "a_theta", "r_theta"], 1500, num_auxiliary, num_fixed)
+                      ["a_mu", "r_mu", "a_tau", "r_tau", "a_theta", "r_theta"], 1500, num_auxiliary,
+                      num_fixed)
   mu, tau, theta = (t.numpy() for t in eight_schools.to_parameters(
       tf.constant(auxiliary["a_mu"].sum(1) + auxiliary["r_mu"]),
       tf.constant(auxiliary["a_tau"].sum(1) + auxiliary["r_tau"]),
       tf.constant(auxiliary["a_theta"].sum(1) + auxiliary["r_theta"])))
   theta_noncentered = noncentered["mu"] + noncentered["tau"] * noncentered["eta"][:, 0]
-  for ours, theirs in ((mu, original["mu"]), (tau, original["tau"]), (theta[:, 0], original["theta"][:, 0]),
-                       (noncentered["tau"], original["tau"]), (theta_noncentered, original["theta"][:, 0])):
+  for ours, theirs in ((mu, original["mu"]), (tau, original["tau"]),
+                       (theta[:, 0], original["theta"][:,
+                                                       0]), (noncentered["tau"], original["tau"]),
+                       (theta_noncentered, original["theta"][:, 0])):
     assert stats.ks_2samp(ours, theirs).pvalue > 0.01
 
 
@@ -59,15 +65,16 @@ def test_knn_kl_estimator_against_the_gaussian_closed_form():
   rng = np.random.default_rng(0)
   p = rng.normal(0.0, 1.0, size=[20000, 3])
   q = rng.normal(0.5, 2.0, size=[40000, 3])
-  exact = 3 * (math.log(2.0) + (1 + 0.25) / (2 * 4) - 0.5)   # 1.048; the estimate's spread over seeds is ~0.03
+  exact = 3 * (math.log(2.0) + (1 + 0.25) /
+               (2 * 4) - 0.5)  # 1.048; the estimate's spread over seeds is ~0.03
   assert abs(knn_kl_divergence(p, q) - exact) < 0.1
   assert abs(knn_kl_divergence(p, rng.normal(size=[40000, 3]))) < 0.05
 
 
 def test_binary_writes_results_and_figures_and_caches_nuts(tmp_path):
-  config = eight_schools.EightSchoolsConfig(
-      num_auxiliary=(1, 2), num_samples=40, initial_steps=40, steps_per_auxiliary=20, elbo_num_samples=16,
-      nuts_chains=4, nuts_burnin=40, nuts_draws=60, knn_k=3)
+  config = eight_schools.EightSchoolsConfig(num_auxiliary=(1, 2), num_samples=40, initial_steps=40,
+                                            steps_per_auxiliary=20, elbo_num_samples=16,
+                                            nuts_chains=4, nuts_burnin=40, nuts_draws=60, knn_k=3)
   metrics = eight_schools.train_and_evaluate(config, str(tmp_path))
   assert set(metrics["elbo_aux_by_k"]) == set(metrics["kl_by_k"]) == {"1", "2"}
   assert all(np.isfinite(v) for v in metrics["elbo_aux_by_k"].values())
@@ -84,7 +91,8 @@ def test_binary_writes_results_and_figures_and_caches_nuts(tmp_path):
   assert (tmp_path / "nuts.npz").stat().st_mtime_ns == cached_at
 
 
-@pytest.mark.parametrize("field,value", [("num_auxiliary", (1, 0)), ("num_samples", 0), ("knn_k", 0)])
+@pytest.mark.parametrize("field,value", [("num_auxiliary", (1, 0)), ("num_samples", 0),
+                                         ("knn_k", 0)])
 def test_bad_settings_are_refused_before_anything_is_written(tmp_path, field, value):
   config = dataclasses.replace(eight_schools.EightSchoolsConfig(), **{field: value})
   with pytest.raises(ValueError, match=field):
@@ -95,8 +103,9 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, field, va
 @pytest.mark.parametrize("flag", ["--num_auxiliary=1,0", "--num_auxiliary=1,x", "--num_samples=0"])
 def test_binary_rejects_bad_flags_with_one_line_and_exit_2(tmp_path, flag):
   output_dir = tmp_path / "out"
-  completed = subprocess.run([sys.executable, "-m", "toy.eight_schools", f"--output_dir={output_dir}", flag],
-                             cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+  completed = subprocess.run(
+      [sys.executable, "-m", "toy.eight_schools", f"--output_dir={output_dir}", flag],
+      cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
   assert completed.returncode == 2
   assert completed.stderr.strip().splitlines()[-1].startswith("error: num_")
   assert not output_dir.exists()

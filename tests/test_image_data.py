@@ -1,4 +1,4 @@
-"""Image loaders: the real MNIST / Fashion-MNIST files, CIFAR-10 in both on-disk formats, bad files."""
+"""Image loaders: real MNIST / Fashion-MNIST files, CIFAR-10 in both on-disk formats, bad files."""
 import gzip
 import hashlib
 import os
@@ -23,8 +23,10 @@ def test_idx_datasets_load_verified_and_standardised(name):
   data = images.load(name, SHARED, download_allowed=False)
   assert data.x_train.shape == (60000, 28, 28, 1) and data.x_test.shape == (10000, 28, 28, 1)
   assert data.x_train.dtype == np.float32 and data.y_train.dtype == np.int32
-  np.testing.assert_array_equal(np.bincount(data.y_test), np.full(10, 1000) if name == "fashion_mnist"
-                                else [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+  np.testing.assert_array_equal(
+      np.bincount(data.y_test),
+      np.full(10, 1000)
+      if name == "fashion_mnist" else [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
   assert abs(data.x_train.mean()) < 1e-4 and abs(data.x_train.std() - 1) < 1e-4
   assert 0.05 < data.channel_mean[0] < 0.4 and 0.25 < data.channel_std[0] < 0.4
   # The folder itself works as --data_dir too.
@@ -33,7 +35,8 @@ def test_idx_datasets_load_verified_and_standardised(name):
   # [0, 1] pixels: the standardised ones with the standardisation undone, and identity statistics.
   unit = images.load(name, SHARED, download_allowed=False, pixel_scaling="unit_interval")
   assert unit.x_train.min() == 0 and unit.x_train.max() == 1 and unit.x_test.dtype == np.float32
-  np.testing.assert_allclose(unit.x_test, data.x_test * data.channel_std + data.channel_mean, atol=2e-6)
+  np.testing.assert_allclose(unit.x_test, data.x_test * data.channel_std + data.channel_mean,
+                             atol=2e-6)
   assert unit.channel_mean[0] == 0 and unit.channel_std[0] == 1
 
 
@@ -59,7 +62,8 @@ def test_a_corrupt_or_missing_file_names_the_file(tmp_path):
 
 def test_a_data_dir_that_is_not_a_folder_is_an_error_not_a_silent_download(tmp_path):
   with pytest.raises(OSError, match=f"data_dir {tmp_path / 'typo'} is not a folder"):
-    images.load("mnist", str(tmp_path / "typo"), download_allowed=True, cache_dir=str(tmp_path / "cache"))
+    images.load("mnist", str(tmp_path / "typo"), download_allowed=True,
+                cache_dir=str(tmp_path / "cache"))
   assert not (tmp_path / "cache").exists()
 
 
@@ -68,7 +72,8 @@ def test_tfds_without_prepared_data_is_one_error_line(tmp_path):
     images.load("mnist", str(tmp_path), download_allowed=False, source="tfds")
   message = str(error.value)
   assert "\n" not in message
-  assert message.startswith(f"tensorflow_datasets could not load mnist train from {tmp_path} (download=False): ")
+  assert message.startswith(
+      f"tensorflow_datasets could not load mnist train from {tmp_path} (download=False): ")
   assert "could not find data" in message
 
 
@@ -81,7 +86,8 @@ def test_idx_reader_checks_magic_number_and_size(tmp_path):
   pixels = np.arange(2 * 3 * 4, dtype=np.uint8)
   header = (0x803).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (2, 3, 4))
   _gzip(tmp_path / "good.gz", header + pixels.tobytes())
-  np.testing.assert_array_equal(images.read_idx(str(tmp_path / "good.gz"), 0x803), pixels.reshape(2, 3, 4))
+  np.testing.assert_array_equal(images.read_idx(str(tmp_path / "good.gz"), 0x803),
+                                pixels.reshape(2, 3, 4))
   _gzip(tmp_path / "bad.gz", header + pixels.tobytes())
   with pytest.raises(OSError, match=r"bad.gz: wrong magic number 0x803, expected 0x801"):
     images.read_idx(str(tmp_path / "bad.gz"), 0x801)
@@ -94,8 +100,12 @@ def test_idx_reader_checks_magic_number_and_size(tmp_path):
 
 
 def _cifar_batch(rng, count):
-  """uint8 images [count, 32, 32, 3] and labels, with distinct constant channel offsets to check the layout."""
-  pictures = rng.integers(0, 50, size=(count, 32, 32, 3), dtype=np.uint8) + np.array([0, 100, 200], np.uint8)
+  """uint8 images [count, 32, 32, 3] and labels.
+
+  The channels have distinct constant offsets, to check the layout.
+  """
+  pictures = rng.integers(0, 50, size=(count, 32, 32, 3), dtype=np.uint8) + np.array([0, 100, 200],
+                                                                                     np.uint8)
   return pictures, rng.integers(0, 10, size=count)
 
 
@@ -113,7 +123,8 @@ def test_cifar10_folders_in_both_formats(tmp_path, kind):
   np.testing.assert_array_equal(data.y_train, np.concatenate([labels for _, labels in batches[:5]]))
   raw_train = np.concatenate([pictures for pictures, _ in batches[:5]]).astype(np.float64) / 255
   np.testing.assert_allclose(data.channel_mean, raw_train.mean(axis=(0, 1, 2)), rtol=1e-5)
-  expected_test = (batches[5][0] / 255 - raw_train.mean(axis=(0, 1, 2))) / raw_train.std(axis=(0, 1, 2))
+  expected_test = (batches[5][0] / 255 - raw_train.mean(axis=(0, 1, 2))) / raw_train.std(axis=(0, 1,
+                                                                                               2))
   np.testing.assert_allclose(data.x_test, expected_test, rtol=1e-4, atol=1e-4)
 
 
@@ -123,7 +134,8 @@ def test_cifar10_bad_folders_name_the_file(tmp_path):
   _write_cifar(tmp_path, "bin", [_cifar_batch(rng, 2) for _ in range(6)])
   with open(folder / "data_batch_3.bin", "ab") as handle:
     handle.write(b"\1\2")
-  with pytest.raises(OSError, match="data_batch_3.bin: 6148 bytes is not a whole number of 3073-byte"):
+  with pytest.raises(OSError,
+                     match="data_batch_3.bin: 6148 bytes is not a whole number of 3073-byte"):
     images.load("cifar10", str(tmp_path), download_allowed=False)
   (folder / "data_batch_3.bin").unlink()
   with pytest.raises(OSError, match="data_batch_3.bin is missing"):
@@ -156,11 +168,13 @@ def test_cifar10_archive_is_downloaded_verified_and_unpacked(tmp_path, monkeypat
 
 
 def test_unknown_names_are_usage_errors():
-  with pytest.raises(ValueError, match="unknown dataset 'svhn'; allowed: mnist, fashion_mnist, cifar10"):
+  with pytest.raises(ValueError,
+                     match="unknown dataset 'svhn'; allowed: mnist, fashion_mnist, cifar10"):
     images.load("svhn")
   with pytest.raises(ValueError, match="unknown source 'web'; allowed: files, tfds"):
     images.load("mnist", source="web")
-  with pytest.raises(ValueError, match="unknown pixel_scaling 'zscore'; allowed: standardise, unit_interval"):
+  with pytest.raises(ValueError,
+                     match="unknown pixel_scaling 'zscore'; allowed: standardise, unit_interval"):
     images.load("mnist", pixel_scaling="zscore")
 
 
@@ -170,7 +184,11 @@ def test_input_pipeline_batches_in_order_or_reshuffles_each_epoch():
   ordered = [labels.numpy().tolist() for _, labels in images.input_pipeline(x, y, 4)]
   assert ordered == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
   shuffled = images.input_pipeline(x, y, 5, shuffle=True, seed=0, repeat=True)
-  epochs = [np.concatenate([labels.numpy() for _, labels in shuffled.skip(2 * e).take(2)]) for e in range(2)]
+  epochs = [
+      np.concatenate([labels.numpy()
+                      for _, labels in shuffled.skip(2 * e).take(2)])
+      for e in range(2)
+  ]
   for epoch in epochs:
     assert sorted(epoch.tolist()) == list(range(10))
   assert epochs[0].tolist() != list(range(10))

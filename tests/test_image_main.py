@@ -19,9 +19,10 @@ DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", 
 pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "mnist")),
                                 reason="the offline MNIST copy is not here")
 
-TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1024, num_test_examples=300,
-            vi_steps=150, num_samples=3, num_auxiliary=3, steps_per_auxiliary=20, mnf_steps=60,
-            ensemble_members=2, ensemble_steps=60, steps_per_checkpoint=100, batch_size=64)
+TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1024,
+            num_test_examples=300, vi_steps=150, num_samples=3, num_auxiliary=3,
+            steps_per_auxiliary=20, mnf_steps=60, ensemble_members=2, ensemble_steps=60,
+            steps_per_checkpoint=100, batch_size=64)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -31,12 +32,14 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "image" and results["method"] == method
   assert results["metrics"] == pytest.approx(metrics)
-  assert metrics["num_train"] == 1024 and metrics["num_test"] == 300 and metrics["peak_memory_mb"] > 100
+  assert metrics["num_train"] == 1024 and metrics["num_test"] == 300 and metrics[
+      "peak_memory_mb"] > 100
   # A few steps on 1,024 digits already beat chance (10 %, MLL log 0.1) by far.
   assert metrics["test_accuracy"] > 0.5 and np.log(0.1) < metrics["test_mll"] < 0
   assert 0 <= metrics["ece"] < 1 and 0 <= metrics["brier"] < 1
   # Averaging samples (members) never lowers the MLL below the members' own mean (Jensen).
-  assert np.log(0.1) < metrics["member_test_mll"] <= metrics["test_mll"] and metrics["member_test_accuracy"] > 0.5
+  assert np.log(0.1) < metrics["member_test_mll"] <= metrics["test_mll"] and metrics[
+      "member_test_accuracy"] > 0.5
   assert {"train_seconds", "evaluate_seconds", "total_seconds"} <= set(results["timings"])
   if method in VI_FAMILY:
     assert metrics["elbo"] < 0
@@ -46,11 +49,14 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     assert metrics["elbo_aux"] > metrics["elbo"]
     trace = pd.read_csv(tmp_path / figures.TRACE_FILENAME)
     assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
-    assert [c for c in trace.columns if c.startswith("member_")] == ["member_0", "member_1", "member_2"]
+    assert [c for c in trace.columns if c.startswith("member_")
+           ] == ["member_0", "member_1", "member_2"]
     # The staircase: each auxiliary variable ends higher than the previous one ended.
-    ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(lambda v: v.iloc[-5:].mean()).to_numpy()
+    ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(
+        lambda v: v.iloc[-5:].mean()).to_numpy()
     assert np.all(np.diff(ends) > 0)
-    # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the result.
+    # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the
+    # result.
     stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
     assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and list(stages.step) == [0, 20, 40, 60]
     assert stages.elbo_aux_mean.iloc[0] == pytest.approx(metrics["elbo_start_members"], rel=1e-6)
@@ -64,8 +70,10 @@ def test_every_method_writes_its_metrics(tmp_path, method):
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, "-m", "image.main", *args], cwd=REPO, capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  return subprocess.run([sys.executable, "-m", "image.main", *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=300, env={
+                            **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
+                        })
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -73,9 +81,10 @@ def _run(*args):
     (["--method=sgld"], "value should be one of"),
     (["--num_train_examples=-1"], "num_train_examples=-1 is out of range; allowed: >= 0"),
     (["--variance_ratio=0"], "variance_ratio=0.0 is out of range; allowed: > 0 and < 1"),
-    (["--initial_untransformed_posterior_scale=9"],
-     "initial_untransformed_posterior_scale=9.0 is out of range; allowed: >= -20 and <= 5"),
-    (["--initial_untransformed_posterior_scale=-inf"], "initial_untransformed_posterior_scale=-inf must be a finite"),
+    (["--initial_untransformed_posterior_scale=9"
+     ], "initial_untransformed_posterior_scale=9.0 is out of range; allowed: >= -20 and <= 5"),
+    (["--initial_untransformed_posterior_scale=-inf"
+     ], "initial_untransformed_posterior_scale=-inf must be a finite"),
     (["--pixel_scaling=zscore"], "value should be one of"),
     (["--ensemble_kernel_initializer=orthogonal"], "value should be one of"),
 ])
@@ -87,7 +96,10 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
 
 
 def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
-  """By default the ensemble gets [0, 1] pixels and Glorot kernels; the suite's VI protocol is a flag away."""
+  """By default the ensemble gets [0, 1] pixels and Glorot kernels.
+
+  The suite's VI protocol is a flag away.
+  """
   settings = {**TINY, "method": "deep_ensemble", "ensemble_steps": 30}
   paper = image_main.train_and_evaluate(ImageConfig(**settings), str(tmp_path / "paper"))
   vi_like = image_main.train_and_evaluate(
@@ -95,7 +107,8 @@ def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
       str(tmp_path / "vi_like"))
   assert paper["test_accuracy"] > 0.5 and abs(paper["test_mll"] - vi_like["test_mll"]) > 1e-3
   recorded = json.loads((tmp_path / "paper" / "results.json").read_text())["flags"]
-  assert recorded["pixel_scaling"] == "unit_interval" and recorded["ensemble_kernel_initializer"] == "glorot_uniform"
+  assert recorded["pixel_scaling"] == "unit_interval" and recorded[
+      "ensemble_kernel_initializer"] == "glorot_uniform"
   for name in ("pixel_scaling", "ensemble_kernel_initializer"):
     with pytest.raises(ValueError, match=f"{name}='bad' is not allowed; allowed: one of "):
       ImageConfig(**{name: "bad"}).validate()
@@ -104,7 +117,8 @@ def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
 @pytest.mark.parametrize("method,scaling", [("vi", "standardise"), ("mnf", "standardise"),
                                             ("deep_ensemble", "unit_interval")])
 def test_by_method_pixel_scaling_follows_each_rows_source(method, scaling):
-  assert ImageConfig(method=method).pixel_scaling == scaling == pixel_scaling_for(method, "by_method")
+  assert ImageConfig(method=method).pixel_scaling == scaling == pixel_scaling_for(
+      method, "by_method")
   assert ImageConfig(method=method, pixel_scaling="standardise").pixel_scaling == "standardise"
 
 
@@ -113,55 +127,72 @@ def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
   shutil.copytree(os.path.join(DATA, "fashion_mnist"), corrupted)
   (corrupted / "train-labels-idx1-ubyte.gz").chmod(0o644)
   (corrupted / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b truncated")
-  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=fashion_mnist", f"--data_dir={corrupted.parent}",
-                   "--nodownload")
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=fashion_mnist",
+                   f"--data_dir={corrupted.parent}", "--nodownload")
   last_line = completed.stderr.strip().splitlines()[-1]
   assert completed.returncode == 1
-  assert last_line.startswith("error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in last_line
+  assert last_line.startswith(
+      "error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in last_line
   (tmp_path / "empty").mkdir()
-  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=cifar10", f"--data_dir={tmp_path / 'empty'}",
-                   "--nodownload")
-  assert completed.returncode == 1 and "cifar-10-binary.tar.gz is not in" in completed.stderr.strip().splitlines()[-1]
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=cifar10",
+                   f"--data_dir={tmp_path / 'empty'}", "--nodownload")
+  assert completed.returncode == 1 and "cifar-10-binary.tar.gz is not in" in completed.stderr.strip(
+  ).splitlines()[-1]
   assert not (tmp_path / "out" / "results.json").exists()
 
 
 def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
-  """No CIFAR-10 copy exists here: the binary runs on files written in the real format (32x32x3 LeNet-5)."""
+  """No CIFAR-10 copy exists here: the binary runs on files in the real format (32x32x3 LeNet-5)."""
   from common import images
   images.write_synthetic_cifar10(str(tmp_path / "data" / "cifar10"), examples_per_batch=100, seed=0)
-  config = ImageConfig(**{**TINY, "dataset": "cifar10", "data_dir": str(tmp_path / "data"),
-                                     "num_train_examples": 0, "num_test_examples": 0, "method": "vi",
-                                     "vi_steps": 100})
+  config = ImageConfig(
+      **{
+          **TINY, "dataset": "cifar10",
+          "data_dir": str(tmp_path / "data"),
+          "num_train_examples": 0,
+          "num_test_examples": 0,
+          "method": "vi",
+          "vi_steps": 100
+      })
   metrics = image_main.train_and_evaluate(config, str(tmp_path / "out"))
   assert metrics["num_train"] == 500 and metrics["num_test"] == 100
-  assert metrics["test_accuracy"] > 0.3      # the class sets the mean colour: learnable in 100 steps
+  assert metrics["test_accuracy"] > 0.3  # the class sets the mean colour: learnable in 100 steps
 
 
 def test_synthetic_cifar10_writer_binary(tmp_path):
-  completed = subprocess.run([sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
-                              "--examples_per_batch=3"], cwd=REPO, capture_output=True, text=True, timeout=120)
+  completed = subprocess.run([
+      sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
+      "--examples_per_batch=3"
+  ], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert completed.returncode == 0, completed.stderr[-2000:]
   assert (tmp_path / "cifar-10-batches-bin" / "data_batch_5.bin").stat().st_size == 3 * 3073
-  completed = subprocess.run([sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
-                              "--examples_per_batch=0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+  completed = subprocess.run([
+      sys.executable, "-m", "image.make_synthetic_cifar10", f"--output_dir={tmp_path}",
+      "--examples_per_batch=0"
+  ], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert completed.returncode == 2 and "--examples_per_batch=0 must be >= 1" in completed.stderr
 
 
 def test_speed_benchmark_writes_its_measurements(tmp_path):
   """The speed binary end to end (one measurement, one step: its files, not its numbers)."""
-  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi", "--steps=1",
-                              "--rounds=1", f"--data_dir={DATA}", f"--output_dir={tmp_path}"], cwd=REPO,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  completed = subprocess.run([
+      sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi", "--steps=1",
+      "--rounds=1", f"--data_dir={DATA}", f"--output_dir={tmp_path}"
+  ], cwd=REPO, capture_output=True, text=True, timeout=300, env={
+      **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
+  })
   assert completed.returncode == 0, completed.stderr[-2000:]
   measured = json.loads((tmp_path / "speed.json").read_text())
   assert measured["vi"]["measurement"] == "vi" and measured["vi"]["peak_memory_mb"] > 100
-  assert measured["derived"]["vi_ms_per_step"] == pytest.approx(1000 * measured["vi"]["seconds_per_step"])
-  assert "refine" not in measured and "refinement_fraction_of_vi_training" not in measured["derived"]
+  assert measured["derived"]["vi_ms_per_step"] == pytest.approx(1000 *
+                                                                measured["vi"]["seconds_per_step"])
+  assert ("refine" not in measured and
+          "refinement_fraction_of_vi_training" not in measured["derived"])
   assert measured["command"].endswith(f"--output_dir={tmp_path}") and measured["git_commit"]
   assert "| vi |" in (tmp_path / "speed.md").read_text()
-  completed = subprocess.run([sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi,sgd",
-                              f"--output_dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True, text=True,
-                             timeout=120)
+  completed = subprocess.run([
+      sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi,sgd",
+      f"--output_dir={tmp_path / 'bad'}"
+  ], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert completed.returncode == 2 and "--measurements has 'sgd'; allowed: vi, " in completed.stderr
   assert not (tmp_path / "bad").exists()

@@ -4,20 +4,29 @@ from image import table
 
 
 def _write(root, method, seed, metrics):
-  write_results(str(root / "mnist" / method / f"seed_{seed}"), benchmark="image", dataset="mnist", method=method,
-                seed=seed, flags={}, metrics=metrics, timings={"train_seconds": 100.0, "refine_seconds": 30.0,
-                                                                 "total_seconds": 140.0})
+  write_results(str(root / "mnist" / method / f"seed_{seed}"), benchmark="image", dataset="mnist",
+                method=method, seed=seed, flags={}, metrics=metrics, timings={
+                    "train_seconds": 100.0,
+                    "refine_seconds": 30.0,
+                    "total_seconds": 140.0
+                })
 
 
 def test_table_puts_the_paper_beside_ours_and_checks_the_claims(tmp_path):
   for seed, (elbo, elbo_aux) in enumerate([(-7600.0, -6300.0), (-7700.0, -7800.0)]):
-    _write(tmp_path, "vi", seed, {"test_mll": -0.032, "test_accuracy": 0.991, "elbo": elbo, "ece": 0.01,
-                                  "brier": 0.02})
+    _write(tmp_path, "vi", seed, {
+        "test_mll": -0.032,
+        "test_accuracy": 0.991,
+        "elbo": elbo,
+        "ece": 0.01,
+        "brier": 0.02
+    })
     _write(tmp_path, "refined_vi", seed, {"test_mll": -0.026, "test_accuracy": 0.990, "elbo": elbo,
                                           "elbo_aux": elbo_aux, "ece": 0.01, "brier": 0.02})
   outputs = table.write_tables(str(tmp_path), str(tmp_path))
   markdown = (tmp_path / "table.md").read_text()
-  assert "| mnist | not run | not run | not run | not run | -0.032 ± 0.000<br>(-0.032 ± 0.001)" in markdown
+  assert ("| mnist | not run | not run | not run | not run | "
+          "-0.032 ± 0.000<br>(-0.032 ± 0.001)" in markdown)
   assert "(-6,310.8 ± 42.4)" in markdown        # the paper's refined-VI ELBO
   checks = (tmp_path / "checks.md").read_text()
   assert "ELBO_aux >= ELBO (same run's VI model): 1 of 2 dataset-seed runs." in checks

@@ -1,4 +1,7 @@
-"""Bayesian layers: stochastic outputs with the right moments, exact KL, trainable scales, members."""
+"""Bayesian layers.
+
+Stochastic outputs with the right moments, exact KL, trainable scales, members.
+"""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,8 +21,10 @@ def _randomise(layer, seed=0):
   rng = np.random.default_rng(seed)
   for p in layer.mean_field_parameters:
     p.posterior_loc.assign(rng.normal(size=p.posterior_loc.shape).astype(np.float32))
-    p.untransformed_posterior_scale.assign(rng.uniform(-2, 0, size=p.posterior_loc.shape).astype(np.float32))
-    p.untransformed_prior_scale.assign(rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
+    p.untransformed_posterior_scale.assign(
+        rng.uniform(-2, 0, size=p.posterior_loc.shape).astype(np.float32))
+    p.untransformed_prior_scale.assign(
+        rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
 
 
 def test_dense_outputs_are_stochastic_with_local_reparameterisation_moments():
@@ -62,12 +67,16 @@ def _closed_form_moments(layer, x):
   return mean, variance
 
 
-LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]), (lambda: Conv2DFlipout(2, 3), [2, 5, 5, 3])]
+LINEAR_LAYERS = [(lambda: DenseReparameterization(3), [4, 5]),
+                 (lambda: Conv2DFlipout(2, 3), [2, 5, 5, 3])]
 
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
 def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_shape):
-  """per_batch: every example of a call sees the same weights; over calls, the outputs have q's moments."""
+  """per_batch: every example of a call sees the same weights.
+
+  Over calls, the outputs have q's moments.
+  """
   layer = make()
   rng = np.random.default_rng(5)
   x = tf.constant(rng.normal(size=x_shape), tf.float32)
@@ -107,7 +116,10 @@ def test_layers_in_a_container_take_the_mode_of_the_enclosing_scope():
 
 @pytest.mark.parametrize("make,x_shape", LINEAR_LAYERS)
 def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
-  """The Monte Carlo gradient of sum(outputs^2) matches the gradient of its closed form, sum(mean^2 + var)."""
+  """The Monte Carlo gradient of sum(outputs^2) matches the gradient of its closed form.
+
+  The closed form is sum(mean^2 + var).
+  """
   layer = make()
   x = tf.constant(np.random.default_rng(6).normal(size=x_shape), tf.float32)
   layer(x)
@@ -134,8 +146,9 @@ def test_both_weight_noise_modes_give_unbiased_gradients(make, x_shape):
   assert standard_error.max() > 0
 
 
-@pytest.mark.parametrize("make,x_shape", [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
-                                          (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
+@pytest.mark.parametrize("make,x_shape",
+                         [(lambda m: DenseReparameterization(4, num_members=m), [3, 6]),
+                          (lambda m: Conv2DFlipout(3, 3, num_members=m), [2, 6, 6, 2])])
 def test_kl_equals_direct_computation(make, x_shape):
   layer = make(None)
   layer(tf.zeros(x_shape))

@@ -13,9 +13,13 @@ from image import lenet
 
 
 def _weights(height, channels):
-  """Weights and biases of LeNet-5 (SAME padding, two 2x2 poolings) on height x height x channels images."""
+  """Weights and biases of LeNet-5 on height x height x channels images.
+
+  SAME padding, two 2x2 poolings.
+  """
   flat = (height // 4) ** 2 * 120
-  return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) + (84 * 10 + 10))
+  return ((25 * channels * 6 + 6) + (25 * 6 * 16 + 16) + (25 * 16 * 120 + 120) + (flat * 84 + 84) +
+          (84 * 10 + 10))
 
 
 @pytest.mark.parametrize("height,channels", [(28, 1), (32, 3)])
@@ -53,11 +57,11 @@ def test_member_convolution_is_each_members_own_convolution():
   for m in range(3):
     expected = tf.nn.conv2d(x[m], layer.kernel[m], 1, "SAME") + layer.bias[m]
     np.testing.assert_allclose(outputs[m], expected, rtol=1e-5, atol=1e-5)
-  assert not np.allclose(layer.kernel[0], layer.kernel[1])      # members are initialised independently
+  assert not np.allclose(layer.kernel[0], layer.kernel[1])  # members are initialised independently
 
 
 def test_ensemble_takes_grey_scale_images_with_a_member_axis():
-  """Regression: a Keras Sequential squeezed the trailing channel axis of [M, B, 28, 28, 1] inputs."""
+  """Regression: Keras Sequential squeezed the trailing channel axis of [M, B, 28, 28, 1] inputs."""
   model = lenet.ensemble_lenet5(num_members=2, seed=0)
   assert model(tf.zeros([5, 28, 28, 1])).shape == (2, 5, 10)
   per_member = tf.random.stateless_normal([2, 5, 28, 28, 1], seed=[3, 4])
@@ -67,7 +71,10 @@ def test_ensemble_takes_grey_scale_images_with_a_member_axis():
 
 @pytest.mark.parametrize("initializer", lenet.ENSEMBLE_KERNEL_INITIALIZERS)
 def test_ensemble_kernels_have_the_chosen_initialisers_scale(initializer):
-  """He-normal: std sqrt(2 / fan_in); Glorot-uniform: sqrt(2 / (fan_in + fan_out)); the output layer is Glorot."""
+  """He-normal: std sqrt(2 / fan_in); Glorot-uniform: sqrt(2 / (fan_in + fan_out)).
+
+  The output layer is Glorot.
+  """
   model = lenet.ensemble_lenet5(num_members=3, seed=1, kernel_initializer=initializer)
   model(tf.zeros([1, 28, 28, 1]))
   kernels = [layer.kernel for layer in model.chain if hasattr(layer, "kernel")]
@@ -84,7 +91,9 @@ def test_ensemble_kernels_have_the_chosen_initialisers_scale(initializer):
 
 
 def test_ensemble_initializer_names_are_checked():
-  with pytest.raises(ValueError, match="unknown kernel_initializer 'orthogonal'; allowed: he_normal, glorot_uniform"):
+  with pytest.raises(
+      ValueError,
+      match="unknown kernel_initializer 'orthogonal'; allowed: he_normal, glorot_uniform"):
     lenet.ensemble_lenet5(kernel_initializer="orthogonal")
 
 
@@ -96,7 +105,7 @@ def test_mnf_lenet5_gives_logits_and_a_finite_bound_term():
 
 
 def _pattern_images(num_examples: int = 96, size: int = 12, num_classes: int = 3):
-  """Grey-scale images whose class is the brightest of `num_classes` horizontal bands, with noise."""
+  """Noisy grey-scale images whose class is the brightest of `num_classes` horizontal bands."""
   rng = np.random.default_rng(11)
   labels = rng.integers(0, num_classes, num_examples)
   images = rng.normal(0.0, 0.3, [num_examples, size, size, 1]).astype(np.float32)
@@ -115,8 +124,9 @@ def _every_variable_has_a_gradient(model, images, labels, kl_fn):
 
 
 def test_every_mean_field_lenet5_parameter_trains_and_the_kl_falls():
-  """The TF2 trap (a scale frozen at build time) on the image model: every posterior loc, posterior scale
-  and learned prior scale of every layer gets a gradient, the scales move and the KL falls in training."""
+  """The TF2 trap (a scale frozen at build time) on the image model: every posterior loc,
+  posterior scale and learned prior scale of every layer gets a gradient, the scales move and the
+  KL falls in training."""
   images, labels = _pattern_images()
   model = lenet.mean_field_lenet5(num_classes=3)
   model(images[:1])
@@ -129,19 +139,20 @@ def test_every_mean_field_lenet5_parameter_trains_and_the_kl_falls():
                             learning_rate=1e-2, batch_size=32)
   assert result.kl_trace[-20:].mean() < 0.5 * result.kl_trace[:20].mean()
   assert result.trace[-20:].mean() > result.trace[:20].mean()
-  for index, (before, prior_before, parameter) in enumerate(zip(scales_before, priors_before, parameters)):
+  for index, (before, prior_before,
+              parameter) in enumerate(zip(scales_before, priors_before, parameters)):
     assert np.mean(np.abs(parameter.posterior_scale.numpy() - before)) > 1e-4, index
     assert not np.allclose(parameter.prior_scale.numpy(), prior_before), index
 
 
 def test_every_mnf_lenet5_variable_trains_and_the_bound_improves():
-  """MNF LeNet-5: the weights, the multiplicative noise's flow and the auxiliary reverse model all get
-  gradients, and training lowers the KL term and raises the bound."""
+  """MNF LeNet-5: the weights, the multiplicative noise's flow and the auxiliary reverse model all
+  get gradients, and training lowers the KL term and raises the bound."""
   images, labels = _pattern_images()
   model = lenet.mnf_lenet5(seed=0, num_classes=3)
   model(images[:1])
   assert not _every_variable_has_a_gradient(model, images, labels, lambda: mnf_kl(model))
-  result = train_mnf(model, images, labels, categorical_log_likelihood, num_steps=150, learning_rate=1e-2,
-                     batch_size=32)
+  result = train_mnf(model, images, labels, categorical_log_likelihood, num_steps=150,
+                     learning_rate=1e-2, batch_size=32)
   assert result.kl_trace[-20:].mean() < result.kl_trace[:20].mean()
   assert result.trace[-20:].mean() > result.trace[:20].mean()

@@ -28,7 +28,8 @@ def _linear_model(num_members=None):
 
 
 def _gaussian_log_likelihood(labels, outputs):
-  return -0.5 * np.log(2 * np.pi * NOISE**2) - 0.5 * tf.square(labels[..., 0] - outputs[..., 0]) / NOISE**2
+  return -0.5 * np.log(
+      2 * np.pi * NOISE**2) - 0.5 * tf.square(labels[..., 0] - outputs[..., 0]) / NOISE**2
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,8 @@ def linear_regression():
   mean = covariance @ x.T @ y[:, 0] / NOISE**2
   log_evidence = multivariate_normal(np.zeros(20), NOISE**2 * np.eye(20) + x @ x.T).logpdf(y[:, 0])
   model = _linear_model()
-  train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=3000, learning_rate=1e-2, batch_size=20)
+  train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=3000, learning_rate=1e-2,
+                   batch_size=20)
   return dict(x=x, y=y, mean=mean, covariance=covariance, log_evidence=log_evidence, model=model)
 
 
@@ -63,7 +65,8 @@ def test_vi_reaches_the_mean_field_optimum(linear_regression):
 
 def test_refinement_improves_the_elbo_and_captures_the_covariance(linear_regression):
   lr = linear_regression
-  elbo_vi = float(estimate_elbo(lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood, num_samples=400))
+  elbo_vi = float(
+      estimate_elbo(lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood, num_samples=400))
   results = {}
   for k in (1, 6):
     results[k] = refine(_linear_model, lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood,
@@ -87,7 +90,10 @@ def test_refinement_improves_the_elbo_and_captures_the_covariance(linear_regress
   # The covariance approaches the exact one as K grows (it is not reached: the
   # paper leaves convergence as K -> infinity open).
   kernel = lr["model"].layers[0].kernel
-  distance = {"mean_field": np.linalg.norm(np.diag(kernel.posterior_variance.numpy()[:, 0]) - lr["covariance"])}
+  distance = {
+      "mean_field":
+          np.linalg.norm(np.diag(kernel.posterior_variance.numpy()[:, 0]) - lr["covariance"])
+  }
   for k, result in results.items():
     samples = _refined_weights(result, draws_per_member=5)
     assert samples.mean(0) == pytest.approx(lr["mean"], abs=0.1)
@@ -98,17 +104,20 @@ def test_refinement_improves_the_elbo_and_captures_the_covariance(linear_regress
 def test_without_optimisation_elbo_aux_equals_the_initial_elbo(linear_regression):
   """Section 3.2: conditioning alone leaves the ELBO unchanged in expectation."""
   lr = linear_regression
-  result = refine(_linear_model, lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood, num_samples=4000,
-                  schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=0, batch_size=20,
-                  elbo_num_samples=4)
+  result = refine(_linear_model, lr["model"], lr["x"], lr["y"], _gaussian_log_likelihood,
+                  num_samples=4000, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=0, batch_size=20, elbo_num_samples=4)
   stderr = result.elbo_aux.std() / np.sqrt(len(result.elbo_aux))
-  assert result.elbo_aux_estimate == pytest.approx(result.initial_elbo_estimate, abs=4 * stderr + 0.02)
+  assert result.elbo_aux_estimate == pytest.approx(result.initial_elbo_estimate,
+                                                   abs=4 * stderr + 0.02)
   assert result.trace.shape == (0, 4000)
 
 
 def _mlp(num_members=None):
-  return tf_keras.Sequential([DenseReparameterization(8, activation="relu", num_members=num_members),
-                              DenseReparameterization(1, num_members=num_members)])
+  return tf_keras.Sequential([
+      DenseReparameterization(8, activation="relu", num_members=num_members),
+      DenseReparameterization(1, num_members=num_members)
+  ])
 
 
 def _toy_regression(n=64):
@@ -122,8 +131,8 @@ def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise):
   x, y = _toy_regression()
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
-  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, batch_size=32, seed=3,
-                  weight_noise=weight_noise)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15,
+                  batch_size=32, seed=3, weight_noise=weight_noise)
   together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
   for m in range(3):
     alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1, member_offset=m,
@@ -169,9 +178,10 @@ def test_every_auxiliary_variable_starts_a_fresh_adam():
 def test_trace_rises_like_a_staircase_on_average():
   x, y = _toy_regression(256)
   trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64, learning_rate=1e-2)
-  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
-                  learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64)
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64,
+                   learning_rate=1e-2)
+  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=200, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64)
   result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
   assert result.trace.shape == (600, 8)
   assert np.all(np.isfinite(result.trace))
@@ -179,7 +189,8 @@ def test_trace_rises_like_a_staircase_on_average():
   assert result.timings["refine_seconds"] > 0
   # One weight draw per member and step: a different gradient estimator of the same objective, which
   # also raises ELBO_aux; the refined model, called afterwards, still draws noise per example.
-  per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch", **settings)
+  per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch",
+                     **settings)
   assert not np.allclose(per_batch.trace, result.trace)
   assert per_batch.elbo_aux_estimate > per_batch.initial_elbo_estimate
   outputs = per_batch.model(np.repeat(x[:1], 4, axis=0)).numpy()
@@ -187,13 +198,15 @@ def test_trace_rises_like_a_staircase_on_average():
 
 
 def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples():
-  """The whole-dataset ELBO_aux after each stage (Figure 4 without minibatch noise) is a measurement only:
-  the refined samples, their trace and final ELBO_aux are bit-for-bit those of a run without it."""
+  """The whole-dataset ELBO_aux after each stage (Figure 4 without minibatch noise) is a measurement
+  only: the refined samples, their trace and final ELBO_aux are bit-for-bit those of a run without
+  it."""
   x, y = _toy_regression(256)
   trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64, learning_rate=1e-2)
-  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
-                  learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64, seed=1)
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64,
+                   learning_rate=1e-2)
+  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=200, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64, seed=1)
   plain = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
   staged = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_aux=True, **settings)
   assert plain.stage_elbo_aux is None and "stage_elbo_seconds" not in plain.timings
@@ -236,12 +249,14 @@ def test_mismatched_architecture_is_a_clear_error():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(num_samples=0), "num_samples=0"), (dict(steps_per_auxiliary=-1), "steps_per_auxiliary=-1"),
+    (dict(num_samples=0), "num_samples=0"),
+    (dict(steps_per_auxiliary=-1), "steps_per_auxiliary=-1"),
     (dict(learning_rate_rule="adam"), "unknown learning-rate rule 'adam'"),
     (dict(learning_rates=[1e-3]), "got 1 learning rates for K=5"),
     (dict(num_samples=2, member_offset=1), r"members \[1, 3\) do not fit in total_members=2"),
     (dict(batch_size=0), "batch_size=0"),
-    (dict(weight_noise="shared"), "unknown weight_noise 'shared'; allowed: per_example, per_batch")])
+    (dict(weight_noise="shared"), "unknown weight_noise 'shared'; allowed: per_example, per_batch")
+])
 def test_bad_arguments_are_rejected(kwargs, match):
   x, y = _toy_regression()
   trained = _mlp()

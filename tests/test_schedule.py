@@ -13,7 +13,8 @@ def test_geometric_matches_paper_series():
   assert schedule.variance_fractions[:4] == pytest.approx([0.7, 0.21, 0.063, 0.0189])
   assert schedule.remaining_fraction(5) == pytest.approx(0.3**5)
   for k in range(1, 6):  # sigma_ak^2 = ratio * (sigma_w^2 - sum_{l<k} sigma_al^2)
-    assert schedule.variance_fractions[k - 1] == pytest.approx(0.7 * schedule.remaining_fraction(k - 1))
+    assert schedule.variance_fractions[k - 1] == pytest.approx(0.7 *
+                                                               schedule.remaining_fraction(k - 1))
 
 
 def test_paper_learning_rate_rule():

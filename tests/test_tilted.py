@@ -1,4 +1,7 @@
-"""The tilted Gaussian q(r) ∝ N(r; loc, scale²) h(r): density, sampling and gradients against direct quadrature."""
+"""The tilted Gaussian q(r) ∝ N(r; loc, scale²) h(r).
+
+Density, sampling and gradients against direct quadrature.
+"""
 import math
 
 import numpy as np
@@ -30,7 +33,8 @@ def _direct(i, loc=None, scale=None):
                     / stats.cauchy(-FIXED_SUM[i], PRIOR).pdf(r))
 
 
-_NODES = np.linspace(-80.0, 80.0, 400_001)   # spacing 4e-4: a hundredth of the narrowest feature's width
+_NODES = np.linspace(-80.0, 80.0,
+                     400_001)  # spacing 4e-4: a hundredth of the narrowest feature's width
 
 
 def _quad(fn):
@@ -46,10 +50,13 @@ def test_without_tilt_it_is_the_gaussian():
   q = TiltedGaussian(LOC, SCALE, lambda r: tf.zeros_like(r))
   np.testing.assert_allclose(q.log_normalizer.numpy(), 0.0, atol=1e-6)
   r = np.array([[0.1, 0.9], [-5.0, 1.0], [2.5, 4.0]])
-  np.testing.assert_allclose(q.log_prob(r).numpy(), stats.norm(LOC[:, None], SCALE[:, None]).logpdf(r), atol=1e-6)
+  np.testing.assert_allclose(
+      q.log_prob(r).numpy(),
+      stats.norm(LOC[:, None], SCALE[:, None]).logpdf(r), atol=1e-6)
   z = np.array([-2.0, -0.3, 0.0, 1.1])
   draws = q.sample(np.tile(stats.norm.cdf(z), (3, 1))).numpy()
-  np.testing.assert_allclose(draws, LOC[:, None] + SCALE[:, None] * z[None, :], atol=2e-3 * SCALE.max())
+  np.testing.assert_allclose(draws, LOC[:, None] + SCALE[:, None] * z[None, :],
+                             atol=2e-3 * SCALE.max())
 
 
 def test_normalizer_and_draws_match_direct_quadrature():
@@ -57,7 +64,8 @@ def test_normalizer_and_draws_match_direct_quadrature():
   draws = q.sample(np.random.default_rng(0).uniform(size=(3, 4000))).numpy()
   for i in range(3):
     normalizer = _quad(_direct(i))
-    # 256 nodes per grid part: ~2e-4 nats, under a tenth of the smallest ELBO standard error reported.
+    # 256 nodes per grid part: ~2e-4 nats, under a tenth of the smallest ELBO standard error
+    # reported.
     assert abs(q.log_normalizer.numpy()[i] - math.log(normalizer)) < 5e-4
     cdf = integrate.cumulative_trapezoid(_direct(i)(_NODES), _NODES, initial=0.0) / normalizer
     assert stats.kstest(draws[i], lambda x: np.interp(x, _NODES, cdf)).pvalue > 0.01
@@ -74,7 +82,8 @@ def test_implicit_reparameterisation_gradients_match_finite_differences():
   with tf.GradientTape() as tape:
     q = TiltedGaussian(loc, scale, _log_tilt, anchors=[(0.0, REST)])
     second_moment = tf.reduce_mean(tf.square(q.sample(uniforms)), axis=1)
-    total = tf.reduce_sum(second_moment)   # elements are independent: its gradient is the Jacobian's diagonal
+    total = tf.reduce_sum(
+        second_moment)  # elements are independent: its gradient is the Jacobian's diagonal
   d_loc, d_scale = (g.numpy() for g in tape.gradient(total, [loc, scale]))
 
   def moment(i, loc_i, scale_i):
@@ -82,9 +91,12 @@ def test_implicit_reparameterisation_gradients_match_finite_differences():
     return _quad(lambda r: r * r * density(r)) / _quad(density)
   step = 1e-4
   for i in range(3):
-    assert abs(second_moment.numpy()[i] - moment(i, LOC[i], SCALE[i])) < 2e-3 * (1 + moment(i, LOC[i], SCALE[i]))
-    expected_loc = (moment(i, LOC[i] + step, SCALE[i]) - moment(i, LOC[i] - step, SCALE[i])) / (2 * step)
-    expected_scale = (moment(i, LOC[i], SCALE[i] + step) - moment(i, LOC[i], SCALE[i] - step)) / (2 * step)
+    assert abs(second_moment.numpy()[i] -
+               moment(i, LOC[i], SCALE[i])) < 2e-3 * (1 + moment(i, LOC[i], SCALE[i]))
+    expected_loc = (moment(i, LOC[i] + step, SCALE[i]) -
+                    moment(i, LOC[i] - step, SCALE[i])) / (2 * step)
+    expected_scale = (moment(i, LOC[i], SCALE[i] + step) -
+                      moment(i, LOC[i], SCALE[i] - step)) / (2 * step)
     assert abs(d_loc[i] - expected_loc) < 0.01 * (1 + abs(expected_loc))
     assert abs(d_scale[i] - expected_scale) < 0.01 * (1 + abs(expected_scale))
 

@@ -18,19 +18,20 @@ def test_refinement_beats_the_gaussian_and_visits_every_mode(tmp_path):
   assert metrics["modes_visited"] == 1.0
   assert metrics["elbo_aux"] > metrics["elbo"] + 3 * metrics["elbo_aux_stderr"]
   assert metrics["elbo_aux"] < metrics["log_evidence"]
-  assert abs(metrics["gaussian_loc"]) < 0.1 and metrics["gaussian_scale"] > 0.4  # broad Gaussian, Figure 2b
+  assert abs(metrics["gaussian_loc"]
+            ) < 0.1 and metrics["gaussian_scale"] > 0.4  # broad Gaussian, Figure 2b
   assert (tmp_path / "figure.png").stat().st_size > 10_000
 
 
 def _run_binary(*args):
-  return subprocess.run([sys.executable, "-m", "toy.multimodal", *args], cwd=REPO, capture_output=True,
-                        text=True, timeout=300)
+  return subprocess.run([sys.executable, "-m", "toy.multimodal", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
 
 
 def test_binary_writes_results_json(tmp_path):
   out = tmp_path / "run"
-  completed = _run_binary(f"--output_dir={out}", "--num_samples=50", "--vi_steps=200", "--refine_steps=50",
-                          "--elbo_samples=500")
+  completed = _run_binary(f"--output_dir={out}", "--num_samples=50", "--vi_steps=200",
+                          "--refine_steps=50", "--elbo_samples=500")
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((out / "results.json").read_text())
   assert results["benchmark"] == "toy" and results["method"] == "refined_vi"
@@ -43,10 +44,11 @@ def test_binary_writes_results_json(tmp_path):
   assert not [name for name in os.listdir(out) if name.startswith(".tmp-")]
 
 
-@pytest.mark.parametrize("flag,message", [("--num_samples=0", "num_samples=0 is out of range; allowed: >= 1"),
-                                          ("--first_variance=1.5",
-                                           "first_variance=1.5 is out of range; allowed: > 0 and < 1"),
-                                          ("--num_samples=ten", "num_samples")])
+@pytest.mark.parametrize(
+    "flag,message",
+    [("--num_samples=0", "num_samples=0 is out of range; allowed: >= 1"),
+     ("--first_variance=1.5", "first_variance=1.5 is out of range; allowed: > 0 and < 1"),
+     ("--num_samples=ten", "num_samples")])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flag, message):
   completed = _run_binary(f"--output_dir={tmp_path}", flag)
   assert completed.returncode == 2

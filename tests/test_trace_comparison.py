@@ -11,8 +11,10 @@ def _write(path, elbo, kl):
 
 
 def test_rows_average_the_window_ending_at_each_step_and_skip_unreached_steps(tmp_path):
-  baseline = trace_comparison.load_trace(_write(tmp_path / "a.npz", np.arange(1, 101), np.full(100, 5.0)))
-  variant = trace_comparison.load_trace(_write(tmp_path / "b.npz", 2 * np.arange(1, 51), np.full(50, 3.0)))
+  baseline = trace_comparison.load_trace(
+      _write(tmp_path / "a.npz", np.arange(1, 101), np.full(100, 5.0)))
+  variant = trace_comparison.load_trace(
+      _write(tmp_path / "b.npz", 2 * np.arange(1, 51), np.full(50, 3.0)))
   rows = trace_comparison.comparison_rows(baseline, variant, steps=(10, 50, 100), window=10)
   assert rows[0]["baseline_elbo"] == pytest.approx(5.5)          # mean of 1..10
   assert rows[1]["variant_elbo"] == pytest.approx(2 * 45.5)      # mean of 2 * (41..50)

@@ -1,4 +1,4 @@
-"""UCI loaders: checksums, local directories, downloads into the cache, splits and standardisation."""
+"""UCI loaders: checksums, local directories, downloads into the cache, splits, standardisation."""
 import os
 import shutil
 
@@ -10,12 +10,15 @@ from uci import data
 
 DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 SHARED_UCI = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", DEFAULT_DATA), "uci")
-needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_UCI), reason="the offline UCI copy is not here")
+needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_UCI),
+                                reason="the offline UCI copy is not here")
 
 
 @needs_data
-@pytest.mark.parametrize("name,rows,columns", [("boston_housing", 506, 13), ("naval_propulsion", 11934, 16),
-                                               ("protein_structure", 45730, 9), ("yacht_hydrodynamics", 308, 6)])
+@pytest.mark.parametrize("name,rows,columns", [("boston_housing", 506, 13),
+                                               ("naval_propulsion", 11934, 16),
+                                               ("protein_structure", 45730, 9),
+                                               ("yacht_hydrodynamics", 308, 6)])
 def test_every_file_is_verified_and_shapes_match_the_literature(name, rows, columns):
   features, targets = data.load(name, SHARED_UCI, download_allowed=False)
   assert features.shape == (rows, columns) and targets.shape == (rows,)
@@ -48,13 +51,17 @@ def test_missing_data_without_download_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_unknown_dataset_names_the_allowed_ones():
-  with pytest.raises(ValueError, match="unknown UCI dataset 'boston'; allowed: boston_housing, concrete_strength"):
+  with pytest.raises(
+      ValueError, match="unknown UCI dataset 'boston'; allowed: boston_housing, concrete_strength"):
     data.load("boston")
 
 
 @needs_data
 def test_downloads_are_verified_and_cached_atomically(tmp_path, monkeypatch):
-  """A file:// URL stands in for the network: the cache gets a verified copy, a bad one leaves nothing."""
+  """A file:// URL stands in for the network.
+
+  The cache gets a verified copy, a bad one leaves nothing.
+  """
   source = os.path.join(SHARED_UCI, "yacht_hydrodynamics", "data.txt")
   digest = data.DATASETS["yacht_hydrodynamics"].sha256["data.txt"]
   target = tmp_path / "cache" / "data.txt"
@@ -90,5 +97,6 @@ def test_standardisation_uses_training_statistics_only():
   np.testing.assert_allclose(split.x_train[:, 0].std(), 1, atol=1e-5)
   assert np.all(split.x_train[:, 1] == 0) and np.all(split.x_test[:, 1] == 0)   # constant column
   np.testing.assert_allclose(split.y_train.mean(), 0, atol=1e-5)
-  np.testing.assert_allclose(split.target_mean + split.target_std * split.y_test, split.y_test_original, rtol=1e-5)
+  np.testing.assert_allclose(split.target_mean + split.target_std * split.y_test,
+                             split.y_test_original, rtol=1e-5)
   assert abs(split.x_test[:, 0].mean()) > 1e-4   # test rows are not re-standardised on themselves

@@ -1,4 +1,7 @@
-"""The UCI binary end to end on real data at tiny scale: every method, results files, resume, bad input."""
+"""The UCI binary end to end on real data at tiny scale.
+
+Every method, results files, resume, bad input.
+"""
 import dataclasses
 import json
 import math
@@ -14,12 +17,13 @@ from uci import main as uci_main
 from uci.config import UciConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
+DATA = os.path.join(
+    os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
 pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
 
-TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden_units=16, vi_steps=400,
-            num_samples=4, steps_per_auxiliary=40, elbo_num_samples=2, mnf_steps=100, ensemble_members=3,
-            ensemble_steps=150, steps_per_checkpoint=200)
+TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden_units=16,
+            vi_steps=400, num_samples=4, steps_per_auxiliary=40, elbo_num_samples=2, mnf_steps=100,
+            ensemble_members=3, ensemble_steps=150, steps_per_checkpoint=200)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -37,7 +41,8 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   if method == "refined_vi":
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert results["timings"]["refine_seconds"] > 0
-  if method == "vi_equal_compute":   # Mutation: training zero extra steps (total = vi_steps) fails here.
+  if method == "vi_equal_compute":
+    # Mutation: training zero extra steps (total = vi_steps) fails here.
     assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40   # the steps taken, read off the trainer
   if method in ("mnf", "deep_ensemble", "vi"):
     assert "elbo_aux" not in metrics
@@ -47,15 +52,17 @@ def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
   shared = str(tmp_path / "vi_checkpoint")
   first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
                                       str(tmp_path / "vi"))
-  second = uci_main.train_and_evaluate(UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY),
-                                       str(tmp_path / "refined"))
+  second = uci_main.train_and_evaluate(
+      UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "refined"))
   assert first["vi_resumed_from_step"] == 0 and second["vi_resumed_from_step"] == 400
-  assert abs(first["elbo"] - second["elbo"]) < 0.05 * abs(first["elbo"])   # same model, a fresh ELBO estimate
+  assert abs(first["elbo"] -
+             second["elbo"]) < 0.05 * abs(first["elbo"])  # same model, a fresh ELBO estimate
 
 
 def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
-  """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly -log 10
-  and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL unchanged) fail here."""
+  """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly
+  -log 10 and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL
+  unchanged) fail here."""
   from uci import data
   load = data.load
   config = UciConfig(method="vi", **{**TINY, "vi_steps": 200})
@@ -68,12 +75,13 @@ def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
 
 
 def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
-  """A seed-1 run pointed at seed 0's VI checkpoint or output directory stops with the differing flag.
+  """A seed-1 run given seed 0's VI checkpoint or output directory stops with the differing flag.
 
   Mutation: resuming without comparing the recorded settings (the bug this replaced: seed 0's model
   evaluated on seed 1's split) makes these pass silently and fails here."""
   shared = str(tmp_path / "vi_checkpoint")
-  uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "s0"))
+  uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+                              str(tmp_path / "s0"))
   with pytest.raises(ValueError, match=r"--seed=1 \(checkpoint: 0\)"):
     uci_main.train_and_evaluate(UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, **TINY),
                                 str(tmp_path / "s1"))
@@ -85,8 +93,10 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
   completed = _run(f"--output_dir={tmp_path / 's0'}", "--seed=2", *flags)
   assert completed.returncode == 2
   assert completed.stderr.strip().splitlines() == [
-      f"error: {tmp_path / 's0' / 'results.json'} was made with other settings: --seed=2 (recorded: 0); "
-      "use another --output_dir, or --replace_mismatched to rerun"]
+      f"error: {tmp_path / 's0' / 'results.json'} was made with other settings: "
+      "--seed=2 (recorded: 0); "
+      "use another --output_dir, or --replace_mismatched to rerun"
+  ]
   same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
   assert same.returncode == 0 and "already holds this run" in same.stdout
 
@@ -105,21 +115,26 @@ def test_help_lists_every_setting_with_its_help_text():
   completed = _run("--help")
   assert completed.returncode == 0
   for field in dataclasses.fields(UciConfig):
-    assert f"--{field.name}" in completed.stdout or f"--[no]{field.name}" in completed.stdout, field.name
+    assert (f"--{field.name}" in completed.stdout or
+            f"--[no]{field.name}" in completed.stdout), field.name
   assert "See UciConfig" not in completed.stdout
   assert "Adam steps of mean-field VI." in completed.stdout
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, "-m", "uci.main", *args], cwd=REPO, capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  return subprocess.run([sys.executable, "-m", "uci.main", *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=300, env={
+                            **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
+                        })
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   out = tmp_path / "run"
-  flags = [f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
-           "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
-           "--elbo_num_samples=1"]
+  flags = [
+      f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+      "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
+      "--elbo_num_samples=1"
+  ]
   completed = _run(*flags)
   assert completed.returncode == 0, completed.stderr[-2000:]
   (out / "results.json").unlink()            # as if the run had died after its last checkpoint
@@ -136,10 +151,11 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     (["--refine_learning_rate_rule=fast"], 2, "value should be one of <paper|authors_code>"),
     (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
     (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
-    (["--variance_ratio=0.99999999"], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
+    (["--variance_ratio=0.99999999"
+     ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
-  """Each bad value is refused before TensorFlow loads: the error line is the only line on stderr."""
+  """Each bad value is refused before TensorFlow loads: the error line is the only stderr line."""
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
@@ -152,31 +168,38 @@ def test_bad_data_is_a_runtime_error_without_results(tmp_path):
   shutil.copytree(os.path.join(DATA, "yacht_hydrodynamics"), corrupted / "yacht_hydrodynamics")
   with open(corrupted / "yacht_hydrodynamics" / "data.txt", "a") as handle:
     handle.write("0 0 0 0 0 0 0\n")
-  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=yacht_hydrodynamics", f"--data_dir={corrupted}")
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=yacht_hydrodynamics",
+                   f"--data_dir={corrupted}")
   assert completed.returncode == 1
   assert completed.stderr.strip().splitlines()[-1].startswith("error: checksum mismatch")
   empty = tmp_path / "empty"
   empty.mkdir()
-  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=kin8nm", f"--data_dir={empty}", "--nodownload")
-  assert completed.returncode == 1 and "downloading is off" in completed.stderr.strip().splitlines()[-1]
+  completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=kin8nm", f"--data_dir={empty}",
+                   "--nodownload")
+  assert completed.returncode == 1 and "downloading is off" in completed.stderr.strip().splitlines(
+  )[-1]
   assert not (tmp_path / "out" / "results.json").exists()
 
 
 def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path):
-  """run_table.sh: a refinement variant under a new output root reuses the VI checkpoints of another."""
+  """run_table.sh: a refinement variant in a new output root reuses another's VI checkpoints."""
   tiny_flags = [f"--{name}={value}" for name, value in TINY.items() if name != "dataset"]
 
   def run_table(*arguments, extra_flags=()):
-    return subprocess.run(["bash", os.path.join(REPO, "uci", "run_table.sh"), "--datasets=yacht_hydrodynamics",
-                           "--seeds=0", *arguments, "--", *tiny_flags, *extra_flags],
-                          capture_output=True, text=True, cwd=REPO)
+    return subprocess.run([
+        "bash",
+        os.path.join(REPO, "uci", "run_table.sh"), "--datasets=yacht_hydrodynamics", "--seeds=0",
+        *arguments, "--", *tiny_flags, *extra_flags
+    ], capture_output=True, text=True, cwd=REPO)
   table, variant = tmp_path / "table", tmp_path / "variant"
   first = run_table(f"--output_root={table}", "--methods=vi")
   assert "done yacht_hydrodynamics vi seed 0" in first.stdout, first.stdout + first.stderr
-  second = run_table(f"--output_root={variant}", f"--vi_checkpoint_root={table}", "--methods=refined_vi",
-                     extra_flags=["--refine_weight_noise=per_batch"])
-  assert "done yacht_hydrodynamics refined_vi seed 0" in second.stdout, second.stdout + second.stderr
-  results = json.loads((variant / "uci" / "yacht_hydrodynamics" / "refined_vi" / "seed_0" / "results.json").read_text())
+  second = run_table(f"--output_root={variant}", f"--vi_checkpoint_root={table}",
+                     "--methods=refined_vi", extra_flags=["--refine_weight_noise=per_batch"])
+  assert "done yacht_hydrodynamics refined_vi seed 0" in second.stdout, (
+      second.stdout + second.stderr)
+  results = json.loads((variant / "uci" / "yacht_hydrodynamics" / "refined_vi" / "seed_0" /
+                        "results.json").read_text())
   assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]
   assert results["flags"]["refine_weight_noise"] == "per_batch"
   assert not (variant / "uci" / "yacht_hydrodynamics" / "vi_checkpoints").exists()
@@ -184,7 +207,8 @@ def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path)
   assert rerun.returncode == 0 and "done yacht_hydrodynamics vi seed 0" in rerun.stdout
   other = run_table(f"--output_root={table}", "--methods=vi", extra_flags=["--learning_rate=0.002"])
   assert other.returncode == 1, other.stdout + other.stderr
-  assert ("FAILED yacht_hydrodynamics vi seed 0: error: " in other.stderr
-          and "--learning_rate=0.002 (recorded: 0.001)" in other.stderr and "1 run(s) failed" in other.stderr)
+  assert ("FAILED yacht_hydrodynamics vi seed 0: error: " in other.stderr and
+          "--learning_rate=0.002 (recorded: 0.001)" in other.stderr and
+          "1 run(s) failed" in other.stderr)
   bad = run_table("--output_root=x", "--vi_checkpoints=y")
   assert bad.returncode == 2 and "unknown argument '--vi_checkpoints=y'" in bad.stderr

@@ -75,7 +75,8 @@ def test_table_converts_elbos_to_original_units_and_checks_the_ordering(tmp_path
 
 def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():
   from benchmarks.uci_weight_noise import compare
-  index = pd.MultiIndex.from_tuples([("wine", 0), ("wine", 1), ("yacht", 0)], names=["dataset", "seed"])
+  index = pd.MultiIndex.from_tuples([("wine", 0), ("wine", 1), ("yacht", 0)],
+                                    names=["dataset", "seed"])
   baseline = pd.DataFrame({"test_mll": [-1.0, -1.2, -0.5], "elbo_aux": [-10.0, -12.0, -5.0],
                            "refine_to_train": [0.2, 0.2, 0.3]}, index=index)
   variant = pd.DataFrame({"test_mll": [-0.9, -1.2, -0.6], "elbo_aux": [-11.0, -14.0, -5.0],
@@ -84,9 +85,11 @@ def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():
                                                          names=["dataset", "seed"]))
   table = compare(baseline, variant)
   assert table.loc["wine", "seeds"] == 2 and table.loc["yacht", "seeds"] == 1
-  # Paired by seed, not by row order: wine differences are (-1.2 - -1.0, -0.9 - -1.2) = (-0.2, +0.3).
+  # Paired by seed, not by row order: wine differences are
+  # (-1.2 - -1.0, -0.9 - -1.2) = (-0.2, +0.3).
   assert table.loc["wine", "test_mll_difference"] == pytest.approx(0.05)
-  assert table.loc["wine", "test_mll_difference_se"] == pytest.approx(np.std([-0.2, 0.3], ddof=1) / np.sqrt(2))
+  assert table.loc["wine", "test_mll_difference_se"] == pytest.approx(
+      np.std([-0.2, 0.3], ddof=1) / np.sqrt(2))
   assert table.loc["wine", "elbo_aux_difference"] == pytest.approx(-1.5)   # (-14 - -10, -11 - -12)
   assert table.loc["yacht", "refine_to_train_per_batch"] == pytest.approx(0.1)
   with pytest.raises(ValueError, match="no \\(dataset, seed\\) in common"):

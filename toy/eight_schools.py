@@ -1,4 +1,6 @@
-"""Eight schools (paper Sections 2.4-2.5, Figure 3): refinement with non-Gaussian auxiliaries against NUTS.
+"""Eight schools (paper Sections 2.4-2.5, Figure 3).
+
+Refinement with non-Gaussian auxiliaries against NUTS.
 
   python -m toy.eight_schools --output_dir=results/toy/eight_schools
 
@@ -26,10 +28,11 @@ To show what the sample-based estimate can resolve, the binary computes the
 same KL for 8 sets of M exact posterior draws (quadrature over (mu, log tau),
 theta | mu, tau Gaussian): metrics.kl_exact_draws_mean / _std, the grey band of
 figure_kl.png. At M = 1000 the committed run measured 0.010 ± 0.018 nats, the
-size of the differences between K. So the binary also reports metrics.kl_auxiliary_by_k = log p(y) - ELBO_aux,
-with log p(y) by quadrature: the exact KL(q_ref(a_1..K) || p(a_1..K | y)),
-an upper bound on the refined posterior's KL over all ten parameters, with a
-standard error of ~0.01. The refined draws go to samples.npz.
+size of the differences between K. So the binary also reports
+metrics.kl_auxiliary_by_k = log p(y) - ELBO_aux, with log p(y) by quadrature:
+the exact KL(q_ref(a_1..K) || p(a_1..K | y)), an upper bound on the refined
+posterior's KL over all ten parameters, with a standard error of ~0.01. The
+refined draws go to samples.npz.
 """
 from __future__ import annotations
 
@@ -57,8 +60,8 @@ EFFECTS = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 STANDARD_ERRORS = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 NUM_SCHOOLS = 8
 _NOISE_REPLICATES = 8   # sets of exact posterior draws that calibrate the sample-based KL
-# The unknowns split into auxiliaries: mu (Normal, scale 5), s_tau (Cauchy, scale 5; tau = |s_tau|) and the
-# standardised school effects eta (Normal, scale 1; theta = mu + tau * eta).
+# The unknowns split into auxiliaries: mu (Normal, scale 5), s_tau (Cauchy, scale 5;
+# tau = |s_tau|) and the standardised school effects eta (Normal, scale 1; theta = mu + tau * eta).
 BLOCKS = (StableBlock("mu", "normal", 5.0), StableBlock("s_tau", "cauchy", 5.0),
           StableBlock("eta", "normal", 1.0, (NUM_SCHOOLS,)))
 
@@ -73,7 +76,7 @@ def eight_schools():
 
 
 def auxiliary_eight_schools(num_auxiliary: int, num_fixed: Optional[int] = None):
-  """The model through K additive auxiliaries per unknown (paper Section 2.4), at refinement stage k.
+  """The model through K additive auxiliaries per unknown (paper Sec. 2.4), at refinement stage k.
 
   a_mu_k ~ N(0, 25/K), a_tau_k ~ Cauchy(0, 5/K), a_theta_k ~ N(0, 1/K) for the
   `num_fixed` = k auxiliaries already drawn; the other K - k of each sum to one
@@ -88,7 +91,8 @@ def auxiliary_eight_schools(num_auxiliary: int, num_fixed: Optional[int] = None)
   r_mu = ed.Normal(loc=0.0, scale=5.0 * math.sqrt(remaining), name="r_mu")
   a_tau = ed.Cauchy(loc=tf.zeros([num_fixed]), scale=5.0 / k_total, name="a_tau")
   r_tau = ed.Cauchy(loc=0.0, scale=5.0 * remaining, name="r_tau")
-  a_theta = ed.Normal(loc=tf.zeros([num_fixed, NUM_SCHOOLS]), scale=math.sqrt(1.0 / k_total), name="a_theta")
+  a_theta = ed.Normal(loc=tf.zeros([num_fixed, NUM_SCHOOLS]), scale=math.sqrt(1.0 / k_total),
+                      name="a_theta")
   r_theta = ed.Normal(loc=tf.zeros([NUM_SCHOOLS]), scale=math.sqrt(remaining), name="r_theta")
   mu, tau, theta = to_parameters(tf.reduce_sum(a_mu) + r_mu, tf.reduce_sum(a_tau) + r_tau,
                                  tf.reduce_sum(a_theta, axis=0) + r_theta)
@@ -131,7 +135,10 @@ def noncentered_eight_schools(dtype: tf.DType = tf.float64):
 
 
 def nuts_target_log_prob_fn():
-  """log p(mu, tau, eta, y) from Edward2 (non-centred program, float64) on (mu, u = log tau, eta)."""
+  """log p(mu, tau, eta, y) from Edward2 on (mu, u = log tau, eta).
+
+  Edward2 runs the non-centred program, in float64.
+  """
   log_joint = ed.make_log_joint_fn(noncentered_eight_schools)
 
   def one(args):
@@ -152,12 +159,17 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
   (sigma_i / tau), and a step size tuned on the typical set is unstable there, so
   with one shared step size a chain started at tau ~ 40 never moved.
   """
-  step_size = [tf.fill([num_chains], tf.constant(0.3, tf.float64)), tf.fill([num_chains], tf.constant(0.3, tf.float64)),
-               tf.fill([num_chains, 1], tf.constant(0.3, tf.float64))]
+  step_size = [
+      tf.fill([num_chains], tf.constant(0.3, tf.float64)),
+      tf.fill([num_chains], tf.constant(0.3, tf.float64)),
+      tf.fill([num_chains, 1], tf.constant(0.3, tf.float64))
+  ]
   kernel = tfp.mcmc.NoUTurnSampler(nuts_target_log_prob_fn(), step_size=step_size)
-  kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(kernel, num_adaptation_steps=int(0.8 * num_burnin),
+  kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(kernel,
+                                                    num_adaptation_steps=int(0.8 * num_burnin),
                                                     target_accept_prob=tf.constant(0.9, tf.float64))
-  starts = tf.random.stateless_normal([num_chains, NUM_SCHOOLS + 2], seed=[seed, 3], dtype=tf.float64)
+  starts = tf.random.stateless_normal([num_chains, NUM_SCHOOLS + 2], seed=[seed, 3],
+                                      dtype=tf.float64)
   initial = [5.0 * starts[:, 0], 1.0 + starts[:, 1], starts[:, 2:]]
 
   @tf.function
@@ -166,12 +178,20 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
         num_results=num_draws, num_burnin_steps=num_burnin, current_state=initial, kernel=kernel,
         trace_fn=lambda _, results: results.inner_results.has_divergence, seed=[seed, 17])
   (mu, log_tau, eta), divergent = sample()
-  r_hat = [float(np.max(tfp.mcmc.potential_scale_reduction(part).numpy())) for part in (mu, log_tau, eta)]
+  r_hat = [
+      float(np.max(tfp.mcmc.potential_scale_reduction(part).numpy())) for part in (mu, log_tau, eta)
+  ]
   tau = tf.exp(log_tau)
   theta = mu[..., None] + tau[..., None] * eta
-  flat = lambda x: np.reshape(x.numpy(), (num_chains * num_draws,) + tuple(x.shape[2:]))  # noqa: E731
-  return {"mu": flat(mu), "tau": flat(tau), "theta": flat(theta),
-          "divergences": np.array(int(np.sum(divergent.numpy()))), "max_r_hat": np.array(max(r_hat))}
+  flat = lambda x: np.reshape(x.numpy(),
+                              (num_chains * num_draws,) + tuple(x.shape[2:]))  # noqa: E731
+  return {
+      "mu": flat(mu),
+      "tau": flat(tau),
+      "theta": flat(theta),
+      "divergences": np.array(int(np.sum(divergent.numpy()))),
+      "max_r_hat": np.array(max(r_hat))
+  }
 
 
 def _posterior_grid(grid_size: int):
@@ -192,10 +212,15 @@ def _posterior_grid(grid_size: int):
 
 
 def log_evidence_by_quadrature(grid_size: int = 1201) -> float:
-  """log p(y): the ceiling of every ELBO, so log p(y) - ELBO_aux is an exact KL (see train_and_evaluate)."""
+  """log p(y): the ceiling of every ELBO, so log p(y) - ELBO_aux is an exact KL.
+
+  See train_and_evaluate.
+  """
   mu, log_tau, log_joint = _posterior_grid(grid_size)
   shift = log_joint.max()
-  return float(shift + np.log(np.sum(np.exp(log_joint - shift)) * (mu[1] - mu[0]) * (log_tau[1] - log_tau[0])))
+  return float(
+      shift +
+      np.log(np.sum(np.exp(log_joint - shift)) * (mu[1] - mu[0]) * (log_tau[1] - log_tau[0])))
 
 
 def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
@@ -203,12 +228,17 @@ def posterior_means_by_quadrature(grid_size: int = 1201) -> dict[str, float]:
   mu, log_tau, log_posterior = _posterior_grid(grid_size)
   weights = np.exp(log_posterior - log_posterior.max())
   weights /= weights.sum()
-  return {"mu_mean": float(np.sum(weights * mu[:, None])), "tau_mean": float(np.sum(weights * np.exp(log_tau)[None]))}
+  return {
+      "mu_mean": float(np.sum(weights * mu[:, None])),
+      "tau_mean": float(np.sum(weights * np.exp(log_tau)[None]))
+  }
 
 
-def posterior_draws_by_quadrature(num_draws: int, seed: int, grid_size: int = 801) -> dict[str, np.ndarray]:
-  """Independent exact posterior draws: (mu, log tau) from the quadrature grid, uniform within a cell,
-  then theta_i | mu, tau, y ~ N((y_i / sigma_i^2 + mu / tau^2) / precision_i, 1 / precision_i).
+def posterior_draws_by_quadrature(num_draws: int, seed: int,
+                                  grid_size: int = 801) -> dict[str, np.ndarray]:
+  """Independent exact posterior draws: (mu, log tau) from the quadrature grid, uniform within a
+  cell, then theta_i | mu, tau, y ~ N((y_i / sigma_i^2 + mu / tau^2) / precision_i,
+  1 / precision_i).
 
   A reference that needs no MCMC (the tests use it; the binary checks NUTS against it)."""
   rng = np.random.default_rng(seed)
@@ -217,16 +247,21 @@ def posterior_draws_by_quadrature(num_draws: int, seed: int, grid_size: int = 80
   cells = rng.choice(weights.size, size=num_draws, p=weights / weights.sum())
   mu_index, tau_index = np.unravel_index(cells, log_posterior.shape)
   mu = mu_nodes[mu_index] + (rng.uniform(size=num_draws) - 0.5) * (mu_nodes[1] - mu_nodes[0])
-  log_tau = log_tau_nodes[tau_index] + (rng.uniform(size=num_draws) - 0.5) * (log_tau_nodes[1] - log_tau_nodes[0])
+  log_tau = log_tau_nodes[tau_index] + (rng.uniform(size=num_draws) - 0.5) * (log_tau_nodes[1] -
+                                                                              log_tau_nodes[0])
   tau = np.exp(log_tau)
   precision = 1.0 / STANDARD_ERRORS[None, :] ** 2 + 1.0 / tau[:, None] ** 2
-  mean = (EFFECTS[None, :] / STANDARD_ERRORS[None, :] ** 2 + mu[:, None] / tau[:, None] ** 2) / precision
+  mean = (EFFECTS[None, :] / STANDARD_ERRORS[None, :]**2 +
+          mu[:, None] / tau[:, None]**2) / precision
   theta = mean + rng.standard_normal(mean.shape) / np.sqrt(precision)
   return {"mu": mu, "tau": tau, "theta": theta}
 
 
 def as_features(mu, tau, theta) -> np.ndarray:
-  """(mu, log tau, theta_1..8): the space in which the KL is estimated (KL is invariant to the log)."""
+  """(mu, log tau, theta_1..8): the space in which the KL is estimated.
+
+  KL is invariant to the log.
+  """
   return np.column_stack([mu, np.log(tau), theta])
 
 
@@ -234,9 +269,11 @@ def as_features(mu, tau, theta) -> np.ndarray:
 class EightSchoolsConfig(Config):
   """Refinement for several K against a NUTS reference."""
 
-  num_auxiliary: tuple[int, ...] = setting((1, 2, 4, 8, 16), "Values of K, comma-separated.", minimum=1)
-  num_samples: int = setting(1000, "Refined samples per K (the Cauchy block's grids make K = 16 the costly "
-                             "part).", minimum=1)
+  num_auxiliary: tuple[int, ...] = setting((1, 2, 4, 8, 16), "Values of K, comma-separated.",
+                                           minimum=1)
+  num_samples: int = setting(
+      1000, "Refined samples per K (the Cauchy block's grids make K = 16 the costly "
+      "part).", minimum=1)
   initial_steps: int = setting(3000, "Adam steps of the initial mean-field fit.", minimum=0)
   steps_per_auxiliary: int = setting(500, "Adam steps after each auxiliary variable.", minimum=0)
   learning_rate: float = setting(1e-2, "Adam learning rate.", above=0)
@@ -283,13 +320,14 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
         initial_steps=config.initial_steps, steps_per_auxiliary=config.steps_per_auxiliary,
         learning_rate=config.learning_rate, num_mc_samples=config.num_mc_samples,
         elbo_num_samples=config.elbo_num_samples, seed=config.seed)
-    mu, tau, theta = (t.numpy() for t in to_parameters(*(tf.constant(result.samples[b.name]) for b in BLOCKS)))
+    mu, tau, theta = (
+        t.numpy() for t in to_parameters(*(tf.constant(result.samples[b.name]) for b in BLOCKS)))
     refined[k] = (mu, tau, theta)
     elbo_aux[str(k)] = result.elbo_aux_estimate
     elbo_aux_std[str(k)] = float(np.std(result.elbo_aux) / np.sqrt(len(result.elbo_aux)))
     initial_elbo[str(k)] = result.initial_elbo_estimate
-    kl[str(k)] = knn_kl_divergence(np.column_stack([theta[:, 0], np.log(tau)]), reference[:, [2, 1]],
-                                   k=config.knn_k)
+    kl[str(k)] = knn_kl_divergence(np.column_stack([theta[:, 0], np.log(tau)]),
+                                   reference[:, [2, 1]], k=config.knn_k)
     kl_full[str(k)] = knn_kl_divergence(as_features(mu, tau, theta), reference, k=config.knn_k)
     timings[f"refine_seconds_k{k}"] = result.timings["refine_seconds"]
     logging.info("K = %d: ELBO_aux %.4f ± %.4f, KL in the plane %.4f, %.0f s", k, elbo_aux[str(k)],
@@ -300,42 +338,56 @@ def train_and_evaluate(config: EightSchoolsConfig, output_dir: str) -> dict:
                           for name, value in zip(("mu", "tau", "theta"), draws)})
   quadrature = posterior_means_by_quadrature()
   log_evidence = log_evidence_by_quadrature()
-  # The estimator's own spread at this M: the same KL for sets of M exact posterior draws (quadrature).
+  # The estimator's own spread at this M: the same KL for sets of M exact posterior draws
+  # (quadrature).
   exact_kl = []
   for replicate in range(_NOISE_REPLICATES):
     exact = posterior_draws_by_quadrature(config.num_samples, seed=config.seed * 1000 + replicate)
     exact_kl.append(knn_kl_divergence(np.column_stack([exact["theta"][:, 0], np.log(exact["tau"])]),
                                       reference[:, [2, 1]], k=config.knn_k))
-  # ELBO_aux = log p(y) - KL(q_ref(a_1..K) || p(a_1..K | y)): an exact KL in the auxiliaries' space, which
-  # bounds the refined posterior's KL over (mu, tau, theta) from above (Proposition 1's first inequality).
+  # ELBO_aux = log p(y) - KL(q_ref(a_1..K) || p(a_1..K | y)): an exact KL in the auxiliaries'
+  # space, which bounds the refined posterior's KL over (mu, tau, theta) from above
+  # (Proposition 1's first inequality).
   kl_auxiliary = {k: log_evidence - value for k, value in elbo_aux.items()}
   _figures(refined, nuts, kl, exact_kl, kl_auxiliary, elbo_aux_std, output_dir)
   metrics = {
-      "elbo_aux_by_k": elbo_aux, "elbo_aux_stderr_by_k": elbo_aux_std, "initial_elbo_by_k": initial_elbo,
-      "kl_by_k": kl, "kl_auxiliary_by_k": kl_auxiliary, "log_evidence_quadrature": log_evidence,
-      "kl_exact_draws_mean": float(np.mean(exact_kl)), "kl_exact_draws_std": float(np.std(exact_kl)),
+      "elbo_aux_by_k": elbo_aux,
+      "elbo_aux_stderr_by_k": elbo_aux_std,
+      "initial_elbo_by_k": initial_elbo,
+      "kl_by_k": kl,
+      "kl_auxiliary_by_k": kl_auxiliary,
+      "log_evidence_quadrature": log_evidence,
+      "kl_exact_draws_mean": float(np.mean(exact_kl)),
+      "kl_exact_draws_std": float(np.std(exact_kl)),
       "kl_all_parameters_by_k": kl_full,
-      "nuts_mu_mean": float(np.mean(nuts["mu"])), "nuts_tau_mean": float(np.mean(nuts["tau"])),
-      "quadrature_mu_mean": quadrature["mu_mean"], "quadrature_tau_mean": quadrature["tau_mean"],
-      "nuts_divergences": int(nuts["divergences"]), "nuts_max_r_hat": float(nuts["max_r_hat"]),
-      "refined_tau_mean_by_k": {str(k): float(np.mean(v[1])) for k, v in refined.items()},
+      "nuts_mu_mean": float(np.mean(nuts["mu"])),
+      "nuts_tau_mean": float(np.mean(nuts["tau"])),
+      "quadrature_mu_mean": quadrature["mu_mean"],
+      "quadrature_tau_mean": quadrature["tau_mean"],
+      "nuts_divergences": int(nuts["divergences"]),
+      "nuts_max_r_hat": float(nuts["max_r_hat"]),
+      "refined_tau_mean_by_k": {
+          str(k): float(np.mean(v[1])) for k, v in refined.items()
+      },
   }
   timings.update(nuts_seconds=nuts_seconds, total_seconds=time.perf_counter() - started)
-  write_results(output_dir, benchmark="toy", dataset="eight_schools", method="refined_vi", seed=config.seed,
-                flags=config.as_dict(),
-                metrics=metrics, timings=timings)
+  write_results(output_dir, benchmark="toy", dataset="eight_schools", method="refined_vi",
+                seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
   return metrics
 
 
-def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: dict, elbo_aux_std: dict,
-             output_dir: str) -> None:
-  """Figure 3 left (theta_1 against log tau: NUTS, then every K) and right (KL against K: the sample-based
-  estimate to NUTS with the band exact posterior draws give, and log p(y) - ELBO_aux with two standard errors)."""
+def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: dict,
+             elbo_aux_std: dict, output_dir: str) -> None:
+  """Figure 3 left (theta_1 against log tau: NUTS, then every K) and right (KL against K: the
+  sample-based estimate to NUTS with the band exact posterior draws give, and log p(y) - ELBO_aux
+  with two standard errors)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   shown = list(refined)
-  figure, axes = plt.subplots(1, len(shown) + 1, figsize=(3.2 * (len(shown) + 1), 3.2), sharex=True, sharey=True)
+  figure, axes = plt.subplots(1,
+                              len(shown) + 1, figsize=(3.2 * (len(shown) + 1), 3.2), sharex=True,
+                              sharey=True)
   panels = [("NUTS", nuts["theta"][:, 0], np.log(nuts["tau"]))]
   panels += [(f"K = {k}", refined[k][2][:, 0], np.log(refined[k][1])) for k in shown]
   for axis, (title, theta_1, log_tau) in zip(axes, panels):
@@ -354,7 +406,8 @@ def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: 
   axes[0].axhspan(low, high, color="grey", alpha=0.3, label="exact posterior draws, mean ± std")
   axes[0].legend(fontsize=7)
   axes[0].set_ylabel(r"KL(refined || NUTS) in ($\theta_1$, log $\tau$)")
-  axes[1].errorbar(ks, [kl_auxiliary[str(k)] for k in ks], yerr=[2 * elbo_aux_std[str(k)] for k in ks], fmt="o-")
+  axes[1].errorbar(ks, [kl_auxiliary[str(k)] for k in ks],
+                   yerr=[2 * elbo_aux_std[str(k)] for k in ks], fmt="o-")
   axes[1].set_ylabel(r"log p(y) - ELBO$_{aux}$ (all parameters)")
   for axis in axes:
     axis.set_xscale("log", base=2)

@@ -44,8 +44,10 @@ class ToyConfig(Config):
   num_samples: int = setting(2000, "Refined samples M (one weight each).", minimum=1)
   ripple: float = setting(1.0, "Depth of the likelihood's ripples (nats).", above=0)
   period: float = setting(1.0, "Distance between neighbouring modes.", above=0)
-  envelope_variance: float = setting(0.5, "Variance of the likelihood's Gaussian envelope.", above=0)
-  first_variance: float = setting(0.8, "Prior variance of a_1 (a_2 gets 1 - this).", above=0, below=1)
+  envelope_variance: float = setting(0.5, "Variance of the likelihood's Gaussian envelope.",
+                                     above=0)
+  first_variance: float = setting(0.8, "Prior variance of a_1 (a_2 gets 1 - this).", above=0,
+                                  below=1)
   vi_steps: int = setting(3000, "Adam steps of the Gaussian VI fit.", minimum=1)
   refine_steps: int = setting(500, "Adam steps after sampling a_1.", minimum=1)
   learning_rate: float = setting(1e-2, "Adam learning rate (VI and refinement).", above=0)
@@ -74,8 +76,10 @@ def true_posterior(config: ToyConfig, grid: np.ndarray) -> tuple[np.ndarray, flo
 def mode_basins(grid: np.ndarray, density: np.ndarray) -> list[tuple[float, float, float]]:
   """(mode, left edge, right edge) for each local maximum of the density on the grid."""
   interior = np.arange(1, len(grid) - 1)
-  maxima = interior[(density[interior] > density[interior - 1]) & (density[interior] >= density[interior + 1])]
-  minima = interior[(density[interior] < density[interior - 1]) & (density[interior] <= density[interior + 1])]
+  maxima = interior[(density[interior] > density[interior - 1]) &
+                    (density[interior] >= density[interior + 1])]
+  minima = interior[(density[interior] < density[interior - 1]) &
+                    (density[interior] <= density[interior + 1])]
   basins = []
   for peak in maxima:
     left = minima[minima < peak]
@@ -110,7 +114,9 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
   training = train_mean_field(gaussian, inputs, labels, log_lik, num_steps=config.vi_steps,
                               learning_rate=config.learning_rate, batch_size=config.batch_size,
                               seed=config.seed)
-  elbo = float(estimate_elbo(gaussian, inputs, labels, log_lik, batch_size=1, num_samples=config.elbo_samples))
+  elbo = float(
+      estimate_elbo(gaussian, inputs, labels, log_lik, batch_size=1,
+                    num_samples=config.elbo_samples))
   result = refine(_model, gaussian, inputs, labels, log_lik, num_samples=config.num_samples,
                   schedule=AuxiliarySchedule.explicit([config.first_variance]),
                   steps_per_auxiliary=config.refine_steps, learning_rates=[config.learning_rate],
@@ -125,7 +131,10 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
   grid = np.linspace(-3.0, 3.0, 6001)
   density, log_evidence = true_posterior(config, grid)
   basins = mode_basins(grid, density)
-  visited = [np.mean((samples > left) & (samples < right)) >= MODE_VISIT_FRACTION for _, left, right in basins]
+  visited = [
+      np.mean((samples > left) & (samples < right)) >= MODE_VISIT_FRACTION
+      for _, left, right in basins
+  ]
   gaussian_weight = gaussian.layers[0].weight
   metrics = {
       "elbo": elbo,
@@ -135,20 +144,28 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
       "modes_visited": float(np.mean(visited)),
       "num_modes": len(basins),
       "mode_locations": [round(mode, 4) for mode, _, _ in basins],
-      "refined_mass_per_mode": [float(np.mean((samples > lower) & (samples < upper))) for _, lower, upper in basins],
-      "true_mass_per_mode": [float(np.trapz(density * ((grid > lower) & (grid < upper)), grid))
-                             for _, lower, upper in basins],
+      "refined_mass_per_mode": [
+          float(np.mean((samples > lower) & (samples < upper))) for _, lower, upper in basins
+      ],
+      "true_mass_per_mode": [
+          float(np.trapz(density * ((grid > lower) & (grid < upper)), grid))
+          for _, lower, upper in basins
+      ],
       "gaussian_loc": float(gaussian_weight.posterior_loc.numpy()[0]),
       "gaussian_scale": float(gaussian_weight.posterior_scale.numpy()[0]),
   }
-  timings = {"train_seconds": training.train_seconds, "refine_seconds": result.timings["refine_seconds"],
-             "total_seconds": time.perf_counter() - started}
+  timings = {
+      "train_seconds": training.train_seconds,
+      "refine_seconds": result.timings["refine_seconds"],
+      "total_seconds": time.perf_counter() - started
+  }
   plot_data = dict(grid=grid, density=density, samples=samples, refined_loc=refined_loc,
-                   refined_scale=refined_scale, gaussian=(metrics["gaussian_loc"], metrics["gaussian_scale"]))
+                   refined_scale=refined_scale,
+                   gaussian=(metrics["gaussian_loc"], metrics["gaussian_scale"]))
   if output_dir is not None:
     save_figure(_figure(plot_data, metrics), f"{output_dir}/figure.png")
-    write_results(output_dir, benchmark="toy", dataset="multimodal", method="refined_vi", seed=config.seed,
-                  flags=config.as_dict(), metrics=metrics, timings=timings)
+    write_results(output_dir, benchmark="toy", dataset="multimodal", method="refined_vi",
+                  seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
   return metrics
 
 
@@ -169,7 +186,9 @@ def _figure(data, metrics):
   axes[1].set_title(f"(b) Gaussian fit, ELBO = {metrics['elbo']:.2f}")
   axes[2].plot(grid, density, "k", alpha=0.4)
   for m in range(min(6, len(data["refined_loc"]))):
-    axes[2].plot(grid, _normal_pdf(grid, data["refined_loc"][m], data["refined_scale"][m]) * 0.1, f"C{m + 1}")
+    axes[2].plot(grid,
+                 _normal_pdf(grid, data["refined_loc"][m], data["refined_scale"][m]) * 0.1,
+                 f"C{m + 1}")
   axes[2].set_title("(c) q_1(w) for six draws of a_1 (scaled)")
   axes[3].hist(data["samples"], bins=120, range=(-2, 2), density=True, color="C1", alpha=0.7)
   axes[3].plot(grid, density, "k")

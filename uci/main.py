@@ -48,8 +48,8 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   features, targets = data.load(config.dataset, config.resolved_data_dir, config.download)
   num_splits = data.num_standard_splits(config.dataset, config.resolved_data_dir, config.download)
   split = data.prepare(features, targets, config.split, config.seed, num_splits)
-  run = train_method(config, uci_networks(config), split.x_train, split.y_train, gaussian_head_log_likelihood,
-                     output_dir)
+  run = train_method(config, uci_networks(config), split.x_train, split.y_train,
+                     gaussian_head_log_likelihood, output_dir)
   metrics = dict(run.metrics)
   metrics.update(regression_metrics(run.sample_outputs(split.x_test), split.y_test_original,
                                     split.target_mean, split.target_std))
@@ -57,12 +57,14 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
                   if isinstance(layer, HomoscedasticNoise)]
   if noise_scales:   # after any extra training; the ensemble predicts its scale per input
     metrics["noise_scale"] = float(np.mean(noise_scales)) * split.target_std
-  metrics.update(num_train=len(split.y_train), num_test=len(split.y_test), target_std=float(split.target_std))
+  metrics.update(num_train=len(split.y_train), num_test=len(split.y_test),
+                 target_std=float(split.target_std))
   timings = dict(run.timings, total_seconds=time.perf_counter() - started)
-  write_results(output_dir, benchmark="uci", dataset=config.dataset, method=config.method, seed=config.seed,
-                flags=config.as_dict(), metrics=metrics, timings=timings)
+  write_results(output_dir, benchmark="uci", dataset=config.dataset, method=config.method,
+                seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
   return metrics
 
 
 if __name__ == "__main__":
-  cli.main(UciConfig, train_and_evaluate, printed_metrics=("test_mll", "test_rmse", "elbo", "elbo_aux"))
+  cli.main(UciConfig, train_and_evaluate,
+           printed_metrics=("test_mll", "test_rmse", "elbo", "elbo_aux"))

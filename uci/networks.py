@@ -12,7 +12,8 @@ from uci.config import UciConfig
 from uci.regression import HomoscedasticNoise
 
 
-def mean_field_network(hidden_units: int, initial_noise_scale: float, num_members: Optional[int] = None,
+def mean_field_network(hidden_units: int, initial_noise_scale: float,
+                       num_members: Optional[int] = None,
                        empirical_bayes_prior: bool = True) -> tf_keras.Sequential:
   """Gaussian mean-field weights, then the learned homoscedastic noise scale."""
   return tf_keras.Sequential([
@@ -31,7 +32,8 @@ def uci_networks(config: UciConfig) -> Networks:
 
   def mnf_network():
     mean_network = mnf.regression_mnf(config.hidden_units, seed=config.seed)
-    return tf_keras.Sequential(mean_network.layers + [HomoscedasticNoise(initial_scale=config.initial_noise_scale)])
+    return tf_keras.Sequential(mean_network.layers +
+                               [HomoscedasticNoise(initial_scale=config.initial_noise_scale)])
 
   def ensemble(num_members):
     return deep_ensemble.regression_ensemble(num_members, config.hidden_units, seed=config.seed)

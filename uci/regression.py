@@ -33,7 +33,8 @@ class HomoscedasticNoise(tf_keras.layers.Layer):
     shape = [1] if self.num_members is None else [self.num_members, 1]
     value = inverse_softplus(self.initial_scale - MINIMUM_SCALE)
     self.untransformed_noise_scale = self.add_weight(
-        name="untransformed_noise_scale", shape=shape, initializer=tf_keras.initializers.Constant(value))
+        name="untransformed_noise_scale", shape=shape,
+        initializer=tf_keras.initializers.Constant(value))
     super().build(input_shape)
 
   @property
@@ -52,7 +53,8 @@ def gaussian_head_log_likelihood(labels, outputs) -> tf.Tensor:
   return gaussian_log_likelihood(labels[..., 0], outputs[..., 0], outputs[..., 1])
 
 
-def regression_metrics(outputs, labels_original, target_mean: float, target_std: float) -> dict[str, float]:
+def regression_metrics(outputs, labels_original, target_mean: float,
+                       target_std: float) -> dict[str, float]:
   """Test MLL (log-mean-exp over the M members, mean over points) and RMSE of the mixture mean.
 
   `outputs` [M, N, 2] are predictions for standardised targets; both metrics
@@ -61,7 +63,8 @@ def regression_metrics(outputs, labels_original, target_mean: float, target_std:
   outputs = tf.convert_to_tensor(outputs, tf.float32)
   labels = tf.convert_to_tensor(labels_original, tf.float32)[..., 0]
   member_log_likelihoods = gaussian_log_likelihood(labels, outputs[..., 0], outputs[..., 1],
-                                                   target_shift=target_mean, target_scale=target_std)
+                                                   target_shift=target_mean,
+                                                   target_scale=target_std)
   mixture_mean = target_mean + target_std * tf.reduce_mean(outputs[..., 0], axis=0)
   return {
       "test_mll": float(tf.reduce_mean(predictive_log_likelihood(member_log_likelihoods))),

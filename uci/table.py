@@ -23,8 +23,9 @@ import pandas as pd
 
 from common import tables
 
-COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"), ("vi", "test_mll", "mll"),
-           ("vi", "elbo", "elbo"), ("vi_equal_compute", "test_mll", None), ("refined_vi", "test_mll", "mll"),
+COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"),
+           ("vi", "test_mll", "mll"), ("vi", "elbo", "elbo"),
+           ("vi_equal_compute", "test_mll", None), ("refined_vi", "test_mll", "mll"),
            ("refined_vi", "elbo_aux", "elbo")]
 PAPER_RENAMES = {"mll_mean": "paper_mll_mean", "mll_std": "paper_mll_std",
                  "elbo_mean": "paper_elbo_mean", "elbo_std": "paper_elbo_std"}
@@ -57,16 +58,21 @@ def load_runs(results_dir: str) -> pd.DataFrame:
 
 def summary(runs: pd.DataFrame) -> pd.DataFrame:
   """Mean, std and seed count per dataset and method, beside the paper's mean and std."""
-  return tables.summary(runs, ("test_mll", "test_rmse", "elbo", "elbo_aux"), "table1_uci.csv", PAPER_RENAMES)
+  return tables.summary(runs, ("test_mll", "test_rmse", "elbo", "elbo_aux"), "table1_uci.csv",
+                        PAPER_RENAMES)
 
 
 def write_tables(results_dir: str, output_dir: str) -> dict:
   runs = load_runs(results_dir)
   table = summary(runs)
-  title = ["# UCI regression (paper Table 1): ours, with the paper's value in parentheses", "",
-           "Test MLL in original units of y; ELBO of the VI model and ELBO_aux of the refined samples on the",
-           "training set, whole-dataset scale, original units. Mean ± std over seeds."]
-  check_text = tables.checks(runs, table, [("test_mll", "mll"), ("elbo", "elbo"), ("elbo_aux", "elbo")])
+  title = [
+      "# UCI regression (paper Table 1): ours, with the paper's value in parentheses", "",
+      ("Test MLL in original units of y; ELBO of the VI model and ELBO_aux of the refined samples "
+       "on the"),
+      "training set, whole-dataset scale, original units. Mean ± std over seeds."
+  ]
+  check_text = tables.checks(runs, table, [("test_mll", "mll"), ("elbo", "elbo"),
+                                           ("elbo_aux", "elbo")])
   tables.write_tables(runs, table, output_dir, title, COLUMNS, check_text)
   return {"runs": runs, "table": table}
 
