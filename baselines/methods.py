@@ -21,6 +21,7 @@ from baselines import deep_ensemble, mnf
 from baselines.checkpoint_settings import claim_checkpoint_dir
 from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, MethodConfig
 from baselines.vi_family import run_vi_family
+from common.results import write_results
 
 
 @dataclasses.dataclass
@@ -90,3 +91,11 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
   return MethodRun(sample_outputs=sample_outputs, models=[model],
                    metrics={f"{config.method}_resumed_from_step": training.resumed_from_step},
                    timings={"train_seconds": training.train_seconds})
+
+
+def write_method_results(output_dir: str, benchmark: str, config: MethodConfig, metrics: dict,
+                         timings: dict) -> str:
+  """results.json of one benchmark run: its dataset, method, seed and every setting."""
+  return write_results(output_dir, benchmark=benchmark, dataset=getattr(config, "dataset", None),
+                       method=config.method, seed=config.seed, flags=config.as_dict(),
+                       metrics=metrics, timings=timings)

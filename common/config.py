@@ -172,3 +172,14 @@ def with_default(config_class: type, name: str, default: Any) -> Any:
   """A subclass's field that keeps `config_class`'s declaration of `name` with another default."""
   return dataclasses.field(default=default,
                            metadata=config_class.__dataclass_fields__[name].metadata)
+
+
+def data_dir_setting(layout: str, default: str) -> Any:
+  """The `data_dir` field of a benchmark that reads local files (`layout`) or downloads them."""
+  return setting(None, f"Local data directory ({layout}); default {default}. Missing files are "
+                 "downloaded and checksummed.", shapes=NOTHING)
+
+
+def download_setting() -> Any:
+  """The `download` field that goes with `data_dir_setting`."""
+  return setting(True, "Download missing files (else a missing file is an error).", shapes=NOTHING)

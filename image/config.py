@@ -6,7 +6,8 @@ from typing import Optional
 
 from baselines.config import ENSEMBLE, EXTRA_VI, VI, MethodConfig
 from common import images
-from common.config import NOTHING, RESULTS, setting, with_default
+from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting, setting,
+                           with_default)
 
 ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
 PIXEL_SCALINGS = ("by_method",) + images.PIXEL_SCALINGS
@@ -32,12 +33,8 @@ class ImageConfig(MethodConfig):
   source: str = setting(
       "files", "Original files (local directory, cache or checksummed download) or "
       "tensorflow_datasets.", choices=images.SOURCES, shapes=NOTHING)
-  data_dir: Optional[str] = setting(
-      None,
-      "Local data directory (<dir>/<dataset>/...); default $REFINED_VI_DATA_DIR. Missing files are "
-      "downloaded and checksummed.", shapes=NOTHING)
-  download: bool = setting(True, "Download missing files (else a missing file is an error).",
-                           shapes=NOTHING)
+  data_dir: Optional[str] = data_dir_setting("<dir>/<dataset>/...", "$REFINED_VI_DATA_DIR")
+  download: bool = download_setting()
   pixel_scaling: str = setting(
       "by_method", "standardise: per channel with training statistics (the authors' VI code); "
       "unit_interval: [0, 1] pixels (uncertainty-baselines' deterministic LeNet-5, whose ensemble "

@@ -43,11 +43,11 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and Figure 4) and returns its metrics."""
   # TensorFlow loads here, after the flags have been checked.
   from auxiliary_sampling.predictive import categorical_log_likelihood
-  from baselines.methods import train_method
+  from baselines.methods import train_method, write_method_results
   from common.classification_metrics import (classification_metrics, member_metrics,
                                              predict_member_log_probabilities,
                                              predictive_log_probabilities)
-  from common.results import check_finite, write_results
+  from common.results import check_finite
   from common.seeding import seed_everything
   from image.figures import write_refinement_trace
   from image.lenet import lenet5_networks
@@ -77,8 +77,7 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
     write_refinement_trace(output_dir, run.refinement, config.steps_per_auxiliary,
                            f"LeNet-5 / {config.dataset}, seed {config.seed}")
   timings["total_seconds"] = time.perf_counter() - started
-  write_results(output_dir, benchmark="image", dataset=config.dataset, method=config.method,
-                seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
+  write_method_results(output_dir, "image", config, metrics, timings)
   return metrics
 
 

@@ -5,7 +5,7 @@ import dataclasses
 from typing import Optional
 
 from baselines.config import EXTRA_VI, MNF, VI, MethodConfig
-from common.config import NOTHING, setting
+from common.config import data_dir_setting, download_setting, setting
 from uci import data
 
 
@@ -18,12 +18,8 @@ class UciConfig(MethodConfig):
   split: str = setting(
       "random_80_20", "Split protocol: a random 80/20 split from the seed, or the standard "
       "90/10 splits of Gal & Ghahramani (split = seed).", choices=data.SPLITS)
-  data_dir: Optional[str] = setting(
-      None,
-      "Local UCI directory (<dir>/<dataset>/data.txt); default $REFINED_VI_DATA_DIR/uci. Missing "
-      "files are downloaded and checksummed.", shapes=NOTHING)
-  download: bool = setting(True, "Download missing files (else a missing file is an error).",
-                           shapes=NOTHING)
+  data_dir: Optional[str] = data_dir_setting("<dir>/<dataset>/data.txt", "$REFINED_VI_DATA_DIR/uci")
+  download: bool = download_setting()
   hidden_units: int = setting(50, "ReLU units of the one hidden layer.", minimum=1)
   initial_noise_scale: float = setting(
       1.0, "Initial noise scale of the Gaussian likelihood (standardised units; learned as a point "

@@ -35,8 +35,7 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   """
   # TensorFlow loads here, after the flags have been checked.
   import numpy as np
-  from baselines.methods import train_method
-  from common.results import write_results
+  from baselines.methods import train_method, write_method_results
   from common.seeding import seed_everything
   from uci import data
   from uci.networks import uci_networks
@@ -60,8 +59,7 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   metrics.update(num_train=len(split.y_train), num_test=len(split.y_test),
                  target_std=float(split.target_std))
   timings = dict(run.timings, total_seconds=time.perf_counter() - started)
-  write_results(output_dir, benchmark="uci", dataset=config.dataset, method=config.method,
-                seed=config.seed, flags=config.as_dict(), metrics=metrics, timings=timings)
+  write_method_results(output_dir, "uci", config, metrics, timings)
   return metrics
 
 
