@@ -26,6 +26,7 @@ from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.model_parameters import layers_of, mean_field_parameters, num_members_of
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.parameters import GaussianMeanField
+from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
@@ -204,6 +205,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   log_ratios, traces, stage_values = [], [], []
   stage_seconds = 0.0
   optimise_started = time.perf_counter()
+  progress = ProgressLog(f"refinement of {num_samples} members",
+                         schedule.num_auxiliary * steps_per_auxiliary, value_name="ELBO_aux")
   for stage, (fraction,
               learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
     # Both fractions in float64, exact remainder included: the model casts them to its dtype.
@@ -215,6 +218,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     if steps_per_auxiliary:
       traces.append(maximizer.maximize(steps_per_auxiliary, learning_rate,
                                        elbo_offset=cumulative_log_ratio, reset_optimizer=True))
+      progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
+                   stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
     # The last stage's is the final estimate below.
     if stage_elbo_aux and stage < schedule.num_auxiliary:
       measured = time.perf_counter()

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.validation import check_integer
-from baselines.progress import ProgressLog
+from auxiliary_sampling.progress import ProgressLog
 
 _TRACE_FILENAME = "trace.npz"
 

@@ -123,7 +123,7 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
 
 
 def test_progress_lines_say_where_a_run_is_and_when_it_ends():
-  from baselines.progress import ProgressLog, format_duration
+  from auxiliary_sampling.progress import ProgressLog, format_duration
   assert [format_duration(s) for s in (12.3, 185, 3725)] == ["12s", "3m05s", "1h02m"]
   progress = ProgressLog("vi", total=30_000, start_step=10_000)
   progress.started = progress.previous_time = 0.0

@@ -30,23 +30,23 @@ class ProgressLog:
     self.started = self.previous_time = time.perf_counter()
     self.previous_step = int(start_step)
 
-  def line(self, step: int, value: Optional[float] = None, now: Optional[float] = None) -> str:
-    """The progress line at `step`."""
+  def line(self, step: int, value: Optional[float] = None, now: Optional[float] = None,
+           stage: Optional[str] = None) -> str:
+    """The progress line at `step` (within `stage`, if the loop has stages)."""
     now = time.perf_counter() if now is None else now
     elapsed, interval = now - self.started, now - self.previous_time
     done = step - self.previous_step
     self.previous_step, self.previous_time = step, now
     rate = done / interval if interval > 0 else float("inf")
     remaining = (self.total - step) / rate if done > 0 and rate > 0 else float("nan")
-    parts = [
-        f"{self.what}: step {step:,}/{self.total:,} ({100.0 * step / max(self.total, 1):.0f}%)",
-        f"{rate:.1f} steps/s"
-    ]
+    where = f"{self.what}, {stage}" if stage else self.what
+    percent = 100.0 * step / max(self.total, 1)
+    parts = [f"{where}: step {step:,}/{self.total:,} ({percent:.0f}%)", f"{rate:.1f} steps/s"]
     if value is not None:
       parts.append(f"{self.value_name} {value:,.4g}")
     parts.append(f"elapsed {format_duration(elapsed)}")
     parts.append("ETA " + ("?" if remaining != remaining else format_duration(remaining)))
     return ", ".join(parts)
 
-  def log(self, step: int, value: Optional[float] = None) -> None:
-    logging.info(self.line(step, value))
+  def log(self, step: int, value: Optional[float] = None, stage: Optional[str] = None) -> None:
+    logging.info(self.line(step, value, stage=stage))
