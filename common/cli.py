@@ -104,8 +104,6 @@ def define_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS
   """
   module = sys.argv[0]
   for field in dataclasses.fields(config_class):
-    if not field.metadata.get("flag", True):
-      continue
     kind, is_tuple = field_type(config_class, field)
     # The declared default: an instance may resolve it (ImageConfig's pixel_scaling "by_method").
     default, help_text = field.default, _help_text(field)
@@ -128,8 +126,6 @@ def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.
   """The config the parsed flags describe (list flags converted element-wise); unchecked."""
   values = {}
   for field in dataclasses.fields(config_class):
-    if not field.metadata.get("flag", True):
-      continue
     kind, is_tuple = field_type(config_class, field)
     value = flag_values[field.name].value
     if is_tuple:

@@ -29,17 +29,17 @@ class UsageError(ValueError):
 def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # noqa: A002
             minimum: Optional[float] = None, maximum: Optional[float] = None,
             above: Optional[float] = None, below: Optional[float] = None,
-            shapes: Any = ALL, flag: bool = True) -> Any:
+            shapes: Any = ALL) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
   `choices` lists the allowed values (for a tuple field: of each element);
   `shapes` says which trained state the value shapes (see ALL, RESULTS,
-  NOTHING); `flag=False` keeps a field out of the command line.
+  NOTHING).
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
-              "shapes": shapes, "flag": flag}
+              "shapes": shapes}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
