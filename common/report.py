@@ -31,9 +31,9 @@ PAPER_TABLES = (
         "the training targets."),
     report_tables.PaperTable(
         2, "LeNet-5 image classification", "image", image_table, "table2_lenet5.tex",
-        "image/README.md", "Test MLL and accuracy of the predictive averaged over M = 10 samples "
-        "(or ensemble members); the ELBOs on the training set. ECE and Brier score are in "
-        "[image.csv](image.csv)."),
+        "image/README.md", "Test MLL and accuracy of the predictive averaged over the refined "
+        "samples (the ensemble's members for deep ensembles); the ELBOs on the training set. ECE "
+        "and Brier score are in [image.csv](image.csv)."),
 )
 # Paper results with no binary here yet: (label, what, the benchmark name their runs would have).
 PENDING = (("Table 3", "ResNet-20 on CIFAR-10", "resnet20"),

@@ -78,7 +78,7 @@ def sigma_text(sigma: Optional[float]) -> str:
     return ""
   beyond = table_checks.is_beyond(sigma, BEYOND_SIGMA)
   digits = 2 if beyond and round(abs(sigma), 1) == BEYOND_SIGMA else 1
-  text = minus_sign(f"{sigma:+.{digits}f}σ")
+  text = minus_sign(f"{sigma:+,.{digits}f}σ")
   return f"**{text}**" if beyond else text
 
 
@@ -146,6 +146,8 @@ def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, outpu
                  "refined VI runs" + (f" (not: {failed})." if failed else "."))
   for metric in module.HIGHER_IS_BETTER:
     better, compared = table_checks.refined_vs_vi(table, metric)
+    if not compared:
+      continue
     worse = sorted(set(compared) - set(better))
     name = tables.METRIC_TITLES[metric]
     lines.append(f"  - Refined VI's mean {name} ≥ VI's on {len(better)} of {len(compared)} "
@@ -168,6 +170,12 @@ def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, outpu
     lines.append(f"  - {len(deviations) - len(known)} cells have a paper std of 0 and no σ.")
   lines.append(f"  - Why: {readme_link(spec.readme, output_dir)}.")
   return lines
+
+
+def machine_time_text(seconds: float, num_runs: int) -> str:
+  """"4.4 h over 225 runs" (minutes below an hour)."""
+  amount = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+  return f"{amount} over {num_runs} run{'s' if num_runs != 1 else ''}"
 
 
 def seeds_text(rows: list[list[str]]) -> str:
@@ -193,13 +201,12 @@ def table_report(spec: PaperTable, results_dir: str, output_dir: str,
   datasets = order + sorted(set(table["dataset"]) - set(order))
   header, rows = tables.layout_rows(table, module.COLUMNS, datasets, sigma_cell)
   seconds, num_runs = table_checks.machine_time(runs)
-  hours = seconds / 3600
   missing = [d for d in order if d not in set(table["dataset"])]
   markdown = [
       f"## Table {spec.number}: {spec.title}", "", spec.description, "",
       "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
       *["| " + " | ".join(cells) + " |" for cells in rows], "",
-      f"{seeds_text(rows)} Machine time: {hours:.1f} h over {num_runs} runs (the sum of each "
+      f"{seeds_text(rows)} Machine time: {machine_time_text(seconds, num_runs)} (the sum of each "
       "run's `timings.total_seconds`; VI training shared by vi, refined_vi and vi_equal_compute "
       "counts once)."
   ]
@@ -208,4 +215,4 @@ def table_report(spec: PaperTable, results_dir: str, output_dir: str,
   caption = (f"Table {spec.number}: {spec.title}. Ours (mean ± std over seeds), below it the "
              "paper's mean ± std and our distance from it in the paper's std.")
   return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, rows, caption),
-                     differences(spec, runs, table, output_dir, datasets), hours, num_runs)
+                     differences(spec, runs, table, output_dir, datasets), seconds / 3600, num_runs)

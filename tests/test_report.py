@@ -73,7 +73,7 @@ def test_report_lays_out_tables_with_sigma_differences_seeds_and_machine_time(re
   assert "−665 ± 7<br>(paper −668 ± 8, +0.4σ)" in text
   assert "−0.0259<br>(paper −0.025 ± 0.001, −0.9σ)" in text
   assert "99.19 %<br>(paper 99.2 ± 0.0 %)" in text   # the paper's std is 0: no σ
-  assert "Every cell is the mean ± std over 2 seeds. Machine time: 0.4 h over 4 runs" in text
+  assert "Every cell is the mean ± std over 2 seeds. Machine time: 24 min over 4 runs" in text
   assert "Every cell is one seed (no ± std). Machine time: 3.0 h over 2 runs" in text
   assert "Not run yet: concrete_strength, naval_propulsion" in text
   assert "Not run yet: fashion_mnist, cifar10." in text
