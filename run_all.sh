@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates every table and figure this suite has so far (toy Figure 2, eight schools Figure 3, UCI
-# Table 1, LeNet-5 Table 2 and Figure 4), then the report. Data: $REFINED_VI_DATA_DIR (or downloads, checksummed).
+# Table 1, LeNet-5 Table 2 and Figure 4), then the report ($output_root/report/REPORT.md). Data: $REFINED_VI_DATA_DIR (or downloads, checksummed).
 #   ./run_all.sh --scale=smoke [--output_root=DIR]   minutes: every binary and method at tiny settings
 #   ./run_all.sh --scale=paper [--output_root=DIR]   the paper's settings (LeNet-5: days on 2 CPU cores)
 set -euo pipefail
@@ -55,4 +55,4 @@ else
   python -m benchmarks.image_speed --output_dir="$output_root/benchmarks/image_speed"
 fi
 python -m image.table --results_dir="$output_root/image" --output_dir="$output_root/image"
-python -m common.report --results_dir="$output_root" --output_dir="$output_root/report"
+python -m common.report --results_dir="$output_root" --output_dir="$output_root/report" --format=latex

@@ -16,7 +16,7 @@ import os
 from absl import flags
 
 from common import cli
-from common.report import to_markdown
+from common.report_appendix import to_markdown
 from common.results import atomic_output, write_results
 from uci.table import load_runs, timings
 

@@ -27,7 +27,7 @@ import pandas as pd
 from absl import flags
 
 from common import cli
-from common.report import to_markdown
+from common.report_appendix import to_markdown
 from common.results import atomic_output, write_results
 from uci.table import load_runs
 

@@ -6,7 +6,8 @@ and have their own tables; smoke runs use synthetic data and are not results. Th
 only below `results_dir`, so pointing `results_dir` at an ablation's folder (say
 `results/ablations/per_batch_weight_noise/uci`) reads that ablation.
 
-`common.tables` and `common.report` both read through `load_runs`; neither imports the other.
+Everything reads through `load_runs`: `common.tables` (and the benchmarks' `table` modules built on
+it), and the report, which lays out Tables 1 and 2 by calling those `table` modules.
 """
 from __future__ import annotations
 

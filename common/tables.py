@@ -3,9 +3,8 @@
 Each benchmark's `table` module says which results to load (and how to turn
 them into the paper's units), which columns the paper's table has, and where
 its CSV of targets is; this module does the rest: mean ± std over seeds, the
-Markdown table (ours above the paper's value), the checks every issue asks
-for (ELBO_aux >= ELBO per run, refined VI against VI, our means in units of
-the paper's std), and the timing summary.
+Markdown table (ours above the paper's value, or cells a caller formats).
+The checks and timings are in `common.table_checks`.
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import math
 import os
 from typing import Callable, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 
 from common import results_loader
@@ -61,10 +59,10 @@ def load_runs(results_dir: str, benchmark: str,
 
 
 def summary(runs: pd.DataFrame, metrics: Sequence[str], paper_csv: str,
-            paper_renames: dict[str, str]) -> pd.DataFrame:
+            paper_renames: dict[str, str], paper_dir: Optional[str] = None) -> pd.DataFrame:
   """Mean, std and seed count per dataset and method, beside the paper's columns.
 
-  The paper's columns are renamed `paper_<stem>_*`.
+  The paper's columns are renamed `paper_<stem>_*`; `paper_dir` as in results_loader.
   """
   metrics = [m for m in metrics if m in runs]
   grouped = runs.groupby(["dataset", "method"])
@@ -72,32 +70,52 @@ def summary(runs: pd.DataFrame, metrics: Sequence[str], paper_csv: str,
   table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
   table["num_seeds"] = grouped.size()
   table = table.reset_index()
-  paper = results_loader.load_paper_table(paper_csv).rename(columns=paper_renames)
+  paper = results_loader.load_paper_table(paper_csv, paper_dir).rename(columns=paper_renames)
   return table.merge(paper, on=["dataset", "method"], how="left")
 
 
-def _missing(value) -> bool:
+def missing(value) -> bool:
+  """Whether a table value is absent (None or NaN)."""
   return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def cell(mean, std, digits: int) -> str:
-  if _missing(mean):
+  if missing(mean):
     return "–"
-  return f"{mean:,.{digits}f}" + ("" if _missing(std) else f" ± {std:,.{digits}f}")
+  return f"{mean:,.{digits}f}" + ("" if missing(std) else f" ± {std:,.{digits}f}")
 
 
 def digits_of(metric: str) -> int:
   return 1 if metric.startswith("elbo") else 3
 
 
-def paper_layout(table: pd.DataFrame, columns: Sequence[Column],
-                 datasets: Optional[Sequence[str]] = None) -> str:
-  """Markdown: a row per dataset; per column ours, then (the paper's)."""
+# Formats one cell of the paper layout: (the summary row of a dataset and method, our metric, the
+# paper CSV's column stem or None) -> text.
+CellFormat = Callable[[pd.Series, str, Optional[str]], str]
+
+
+def ours_above_paper(row: pd.Series, metric: str, paper_stem: Optional[str]) -> str:
+  """The table.md cell: our mean ± std, then the paper's in parentheses."""
+  digits = digits_of(metric)
+  ours = cell(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), digits)
+  paper = (cell(row.get(f"paper_{paper_stem}_mean"), row.get(f"paper_{paper_stem}_std"), digits)
+           if paper_stem else "–")
+  return f"{ours}<br>({paper})"
+
+
+def layout_rows(table: pd.DataFrame, columns: Sequence[Column],
+                datasets: Optional[Sequence[str]] = None,
+                format_cell: CellFormat = ours_above_paper) -> tuple[list[str], list[list[str]]]:
+  """The paper layout as a header and rows of text cells: per dataset, one cell per column, seeds.
+
+  A dataset without runs is left out; a method without runs on a dataset is "not run". The seeds
+  cell lists the distinct seed counts of the row's cells ("3/5" when they differ).
+  """
   header = ["Dataset"] + [
       f"{METHOD_TITLES[m]} {METRIC_TITLES[metric]}" for m, metric, _ in columns
   ] + ["seeds"]
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   indexed = table.set_index(["dataset", "method"])
+  rows = []
   for dataset in datasets or sorted(table["dataset"].unique()):
     if dataset not in set(table["dataset"]):
       continue
@@ -107,120 +125,19 @@ def paper_layout(table: pd.DataFrame, columns: Sequence[Column],
         cells.append("not run")
         continue
       row = indexed.loc[(dataset, method)]
-      digits = digits_of(metric)
-      ours = cell(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), digits)
-      paper = (cell(row.get(f"paper_{paper_stem}_mean"), row.get(f"paper_{paper_stem}_std"), digits)
-               if paper_stem else "–")
-      cells.append(f"{ours}<br>({paper})")
+      cells.append(format_cell(row, metric, paper_stem))
       seeds.add(int(row["num_seeds"]))
-    cells.append("/".join(str(s) for s in sorted(seeds)))
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+    rows.append(cells + ["/".join(str(s) for s in sorted(seeds))])
+  return header, rows
 
 
-def checks(runs: pd.DataFrame, table: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
-           higher_is_better: Sequence[str] = ("test_mll",)) -> str:
-  """The checks: ELBO_aux >= ELBO per run, refined VI against VI, ours against the paper.
-
-  Refined VI is set against VI per metric, ours against the paper in its stds.
-  `comparisons` lists (our metric, paper stem) pairs to put in paper-std units.
-  """
-  lines = ["# Checks", ""]
-  refined = runs[runs["method"] == "refined_vi"]
-  if len(refined) and "elbo_aux" in refined:
-    holds = refined["elbo_aux"] >= refined["elbo"]
-    lines.append(
-        f"- ELBO_aux >= ELBO (same run's VI model): {int(holds.sum())} of {len(refined)} "
-        "dataset-seed runs."
-    )
-    for _, row in refined[~holds].iterrows():
-      lines.append(
-          f"  - fails: {row['dataset']} seed {row['seed']}: "
-          f"{row['elbo_aux']:.1f} < {row['elbo']:.1f}"
-      )
-    gains = (refined["elbo_aux"] - refined["elbo"]).groupby(refined["dataset"]).mean()
-    lines.append("- Mean ELBO_aux - ELBO per dataset: " +
-                 ", ".join(f"{d} {g:+.1f}" for d, g in gains.items()))
-  indexed = table.set_index(["dataset", "method"])
-  datasets = sorted(table["dataset"].unique())
-  compared = [
-      d for d in datasets if (d, "refined_vi") in indexed.index and (d, "vi") in indexed.index
-  ]
-  for metric in higher_is_better:
-    if f"{metric}_mean" not in table:
-      continue
-    better = [
-        d for d in compared
-        if indexed.loc[(d, "refined_vi"), f"{metric}_mean"] >= indexed.loc[(d, "vi"),
-                                                                           f"{metric}_mean"]
-    ]
-    worse = sorted(set(compared) - set(better))
-    lines.append(
-        f"- Refined VI mean {METRIC_TITLES[metric]} >= VI mean {METRIC_TITLES[metric]} "
-        f"on {len(better)} of "
-        f"{len(compared)} datasets" + (f" (not on: {', '.join(worse)})" if worse else ""))
-  best = []
-  for dataset in datasets:
-    candidates = table[(table["dataset"] == dataset)].set_index("method")["test_mll_mean"]
-    best.append(f"{dataset}: {candidates.idxmax()}")
-  lines.append("- Best mean MLL per dataset: " + "; ".join(best))
-  lines += [
-      "", "## Our mean against the paper's mean, in units of the paper's std", "",
-      "| dataset | method | metric | ours | paper | (ours - paper) / paper std |",
-      "|---|---|---|---|---|---|"
-  ]
-  for _, row in table.iterrows():
-    for metric, stem in comparisons:
-      if (row["method"] == "refined_vi") != (metric == "elbo_aux") and metric.startswith("elbo"):
-        continue
-      ours, paper, std = row.get(f"{metric}_mean"), row.get(f"paper_{stem}_mean"), row.get(
-          f"paper_{stem}_std")
-      if any(_missing(v) for v in (ours, paper, std)):
-        continue
-      if std == 0:
-        lines.append(
-            f"| {row['dataset']} | {row['method']} | {metric} | {ours:,.3f} | {paper:,.3f} | "
-            f"paper std 0 (difference {ours - paper:+.3f}) |")
-        continue
-      z = (ours - paper) / std
-      flag = "" if abs(z) <= 2 else " **outside 2 std**"
-      lines.append(
-          f"| {row['dataset']} | {row['method']} | {metric} | {ours:,.3f} | {paper:,.3f} | "
-          f"{z:+.1f}{flag} |"
-      )
-  return "\n".join(lines) + "\n"
-
-
-def timings(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-  """Per dataset the mean wall time of each method's parts and the refine/train ratio.
-
-  Also the total machine time over all runs.
-  """
-  frame = runs.copy()
-  per_dataset = frame.pivot_table(index="dataset", columns="method", values="train_seconds",
-                                  aggfunc="mean")
-  per_dataset.columns = [f"{c}_train_seconds" for c in per_dataset.columns]
-  refined = frame[frame["method"] == "refined_vi"]
-  if len(refined):
-    ratio = refined["refine_seconds"] / refined["train_seconds"]
-    per_dataset["refine_seconds"] = refined.groupby("dataset")["refine_seconds"].mean()
-    per_dataset["refine_to_vi_train_ratio"] = ratio.groupby(refined["dataset"]).mean()
-  extra = frame[frame["method"] == "vi_equal_compute"]
-  if len(extra) and "extra_train_seconds" in extra:
-    per_dataset["equal_compute_extra_seconds"] = extra.groupby(
-        "dataset")["extra_train_seconds"].mean()
-  # Machine time: each run's own wall time; VI training is shared by three runs, counted once (in
-  # the vi run).
-  totals = {
-      "total_machine_seconds":
-          float(frame["total_seconds"].sum()),
-      "num_runs":
-          int(len(frame)),
-      "mean_refine_to_vi_train_ratio":
-          float(np.mean(refined["refine_seconds"] /
-                        refined["train_seconds"])) if len(refined) else float("nan")
-  }
-  return per_dataset.reset_index(), totals
+def paper_layout(table: pd.DataFrame, columns: Sequence[Column],
+                 datasets: Optional[Sequence[str]] = None,
+                 format_cell: CellFormat = ours_above_paper) -> str:
+  """Markdown: a row per dataset; per column ours, then (the paper's)."""
+  header, rows = layout_rows(table, columns, datasets, format_cell)
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
 
 
 def write_text(path: str, text: str) -> None:

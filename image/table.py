@@ -9,9 +9,11 @@ accuracy, and our means in units of the paper's standard deviations.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 
-from common import tables
+from common import table_checks, tables
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10")
 COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("deep_ensemble", "test_accuracy", "accuracy"),
@@ -23,15 +25,21 @@ COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("deep_ensemble", "test_accurac
 METRICS = ("test_mll", "test_accuracy", "elbo", "elbo_aux", "ece", "brier")
 PAPER_RENAMES = {f"{stem}_{stat}": f"paper_{stem}_{stat}" for stem in ("mll", "accuracy", "elbo")
                  for stat in ("mean", "std")}
-timings = tables.timings
+PAPER_CSV = "table2_lenet5.csv"
+# (Our metric, the paper CSV's column stem) pairs compared in units of the paper's std.
+COMPARISONS = [("test_mll", "mll"), ("test_accuracy", "accuracy"), ("elbo", "elbo"),
+               ("elbo_aux", "elbo")]
+HIGHER_IS_BETTER = ("test_mll", "test_accuracy")
+timings = table_checks.timings
 
 
 def load_runs(results_dir: str) -> pd.DataFrame:
   return tables.load_runs(results_dir, "image")
 
 
-def summary(runs: pd.DataFrame) -> pd.DataFrame:
-  return tables.summary(runs, METRICS, "table2_lenet5.csv", PAPER_RENAMES)
+def summary(runs: pd.DataFrame, paper_dir: Optional[str] = None) -> pd.DataFrame:
+  """Mean, std and seed count per dataset and method, beside the paper's Table 2."""
+  return tables.summary(runs, METRICS, PAPER_CSV, PAPER_RENAMES, paper_dir)
 
 
 def write_tables(results_dir: str, output_dir: str) -> dict:
@@ -46,9 +54,7 @@ def write_tables(results_dir: str, output_dir: str) -> dict:
        "ECE and"),
       "Brier score are in table.csv."
   ]
-  check_text = tables.checks(runs, table, [("test_mll", "mll"), ("test_accuracy", "accuracy"),
-                                           ("elbo", "elbo"), ("elbo_aux", "elbo")],
-                             higher_is_better=("test_mll", "test_accuracy"))
+  check_text = table_checks.checks(runs, table, COMPARISONS, HIGHER_IS_BETTER)
   tables.write_tables(runs, table, output_dir, title, COLUMNS, check_text, DATASETS)
   return {"runs": runs, "table": table}
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from auxiliary_sampling import predictive
-from common import report, results_loader, tables
+from common import report, report_appendix, results_loader, tables
 from common.results import write_results
 from common.seeding import seed_everything
 
@@ -76,33 +76,31 @@ def test_log_mean_exp_and_predictive_likelihoods():
       np.log(probabilities[:, 0, 1].mean()))
 
 
-def test_report_tables_place_the_paper_beside_our_numbers(tmp_path):
+def test_report_appendix_places_the_paper_beside_every_metric(tmp_path):
   for seed, mll in enumerate([-2.9, -2.7]):
     write_results(str(tmp_path / "uci" / "boston_housing" / "vi" / str(seed)), benchmark="uci",
                   dataset="boston_housing", method="vi", seed=seed, flags={},
-                  metrics={"test_mll": mll, "elbo": -650.0 - seed}, timings={"train_seconds": 1.0})
+                  metrics={"test_mll": mll, "elbo": -650.0 - seed, "target_std": 1.0,
+                           "num_train": 404}, timings={"train_seconds": 1.0})
   write_results(str(tmp_path / "ablations" / "fixed_prior" / "uci" / "boston_housing" / "vi" / "0"),
                 benchmark="uci", dataset="boston_housing", method="vi", seed=0, flags={},
                 metrics={"test_mll": -5.0}, timings={})
   write_results(str(tmp_path / "smoke" / "uci" / "vi"), benchmark="uci", dataset="boston_housing",
                 method="vi", seed=0, flags={}, metrics={"test_mll": -9.0}, timings={})
-  (tmp_path / "smoke" / "uci" / "vi" / "figure.png").write_bytes(b"")
-  (tmp_path / "uci" / "figure4.png").write_bytes(b"")
-  frame = report.load_results(str(tmp_path))
+  frame = report_appendix.load_results(str(tmp_path))
   assert len(frame) == 2   # ablation runs have their own tables; smoke runs are not results
-  table = report.summarise(frame, ["test_mll", "elbo"])
+  table = report_appendix.summarise(frame, ["test_mll", "elbo"])
   row = table[(table.dataset == "boston_housing") & (table.method == "vi")].iloc[0]
   assert row["test_mll_mean"] == pytest.approx(-2.8)
   assert row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
   assert row["runs"] == 2
   paper = results_loader.load_paper_table("table1_uci.csv")
-  joined = report.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
+  joined = report_appendix.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
   joined_row = joined[(joined.dataset == "boston_housing") & (joined.method == "vi")].iloc[0]
   assert joined_row["paper_mll_mean"] == pytest.approx(-2.874)
-  out = report.write_report(str(tmp_path), str(tmp_path / "report"))
-  text = open(out).read()
-  assert "boston_housing" in text and "-2.874" in text
-  assert "uci/figure4.png" in text and "smoke" not in text
+  report.write_report(str(tmp_path), str(tmp_path / "report"))
+  text = (tmp_path / "report" / "appendix.md").read_text()
+  assert "boston_housing" in text and "-2.874" in text and "smoke" not in text
   assert os.path.exists(tmp_path / "report" / "uci.csv")
 
 
@@ -120,14 +118,14 @@ def test_one_loader_skips_ablations_and_smoke_below_the_results_dir_for_tables_a
                      os.path.join("uci", "wine", "vi", "results.json")]
   only_uci = results_loader.load_runs(str(tmp_path), "uci")
   assert [run.payload["benchmark"] for run in only_uci] == ["uci"]
-  assert list(report.load_results(str(tmp_path))["path"]) == counted
+  assert list(report_appendix.load_results(str(tmp_path))["path"]) == counted
   assert list(tables.load_runs(str(tmp_path), "uci")["path"]) == [str(tmp_path / counted[1])]
   # Pointing results_dir at an ablation reads it: the rule looks only below results_dir.
   ablation = tmp_path / "ablations" / "no_empirical_bayes" / "uci"
   assert len(tables.load_runs(str(ablation), "uci")) == 1
 
 
-def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp_path):
+def test_appendix_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp_path):
   write_results(str(tmp_path / "toy" / "eight_schools"), benchmark="toy", dataset="eight_schools",
                 method="refined_vi", seed=0, flags={}, metrics={
                     "elbo_aux_by_k": {
@@ -138,11 +136,12 @@ def test_report_gives_each_toy_experiment_its_own_section_with_per_k_metrics(tmp
                 }, timings={})
   write_results(str(tmp_path / "toy" / "multimodal"), benchmark="toy", dataset="multimodal",
                 method="refined_vi", seed=0, flags={}, metrics={"elbo_aux": -0.5}, timings={})
-  frame = report.load_results(str(tmp_path))
+  frame = report_appendix.load_results(str(tmp_path))
   row = frame[frame.dataset == "eight_schools"].iloc[0]
   assert row["elbo_aux_by_k[4]"] == pytest.approx(-31.45) and row["nuts_mu_mean"] == pytest.approx(
       4.4)
-  text = open(report.write_report(str(tmp_path), str(tmp_path / "report"))).read()
+  report.write_report(str(tmp_path), str(tmp_path / "report"))
+  text = (tmp_path / "report" / "appendix.md").read_text()
   eight_schools = text.split("## toy: eight_schools")[1].split("## toy: multimodal")[0]
   assert "| elbo_aux_by_k[4] | -31.450 |" in eight_schools and "elbo_aux_mean" not in eight_schools
 

@@ -1,0 +1,218 @@
+"""The report's Tables 1 and 2: ours beside the paper's, with our distance from it in paper σ.
+
+Each cell reads "ours ± std over seeds" above "(paper mean ± std, ours − paper in the paper's
+std)". The numbers come from the benchmark's own table module (`uci.table`, `image.table`):
+its loader, its summary beside the paper's CSV, its columns and comparisons; the layout, the
+σ deviations and the checks from `common.tables` and `common.table_checks`. This module only
+formats them, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from types import ModuleType
+from typing import Optional
+
+import pandas as pd
+
+from common import results_loader, table_checks, tables
+
+BEYOND_SIGMA = 2.0   # a cell this many paper std from the paper's mean is listed under differences
+REPOSITORY = results_loader.REPOSITORY
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperTable:
+  """A paper table we reproduce: its number, title, benchmark and the module that builds it."""
+  number: int
+  title: str
+  benchmark: str
+  module: ModuleType
+  latex_name: str
+  readme: str   # the benchmark's README, relative to the repository: the "why" of differences
+  description: str   # what the columns measure, in which units
+
+
+@dataclasses.dataclass
+class TableReport:
+  """One table's parts of the report: Markdown section, LaTeX, differences, machine time."""
+  spec: PaperTable
+  markdown: str
+  latex: str
+  differences: list[str]
+  hours: float
+  num_runs: int
+
+
+def minus_sign(text: str) -> str:
+  """Text with typographic minus signs (U+2212) for reading; the CSVs keep plain numbers."""
+  return text.replace("-", "−")
+
+
+def digits_of(mean: float, metric: str, paper: bool = False) -> int:
+  """Decimal places: accuracy (in %) 2, ELBOs 0 (whole nats), MLLs 3, or 4 when |MLL| < 0.1.
+
+  The paper's values keep the paper's own precision (3 places, accuracy 1 place in %).
+  """
+  if metric == "test_accuracy":
+    return 1 if paper else 2
+  if metric.startswith("elbo"):
+    return 0
+  return 3 if paper or abs(mean) >= 0.1 else 4
+
+
+def mean_std_text(mean, std, metric: str, paper: bool = False) -> str:
+  """"mean ± std" at the mean's precision (the std alone for one seed is missing: mean only)."""
+  scale, unit = (100, " %") if metric == "test_accuracy" else (1, "")
+  digits = digits_of(mean, metric, paper)
+  text = minus_sign(f"{scale * mean:,.{digits}f}")
+  if not tables.missing(std):
+    text += f" ± {scale * std:,.{digits}f}"
+  return text + unit
+
+
+def sigma_text(sigma: Optional[float]) -> str:
+  """"+0.8σ"; bold beyond BEYOND_SIGMA (to 2 places if 1 would show the limit); "" for None."""
+  if sigma is None:
+    return ""
+  beyond = table_checks.is_beyond(sigma, BEYOND_SIGMA)
+  digits = 2 if beyond and round(abs(sigma), 1) == BEYOND_SIGMA else 1
+  text = minus_sign(f"{sigma:+,.{digits}f}σ")
+  return f"**{text}**" if beyond else text
+
+
+def sigma_cell(row: pd.Series, metric: str, paper_stem: Optional[str]) -> str:
+  """A paper-layout cell: ours, then (paper mean ± std, our distance from it in paper σ)."""
+  ours = mean_std_text(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), metric)
+  paper_mean = row.get(f"paper_{paper_stem}_mean") if paper_stem else None
+  if tables.missing(paper_mean):
+    return ours
+  paper_std = row.get(f"paper_{paper_stem}_std")
+  paper = mean_std_text(paper_mean, paper_std, metric, paper=True)
+  sigma = sigma_text(table_checks.paper_sigma(row.get(f"{metric}_mean"), paper_mean, paper_std))
+  return f"{ours}<br>(paper {paper}{', ' + sigma if sigma else ''})"
+
+
+def to_latex(header: list[str], rows: list[list[str]], caption: str) -> str:
+  """A LaTeX table: each dataset is two rows, ours then the paper's (no package beyond LaTeX)."""
+  def latex(text: str) -> str:
+    text = text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%")
+    text = text.replace("−", "$-$").replace("±", "$\\pm$").replace("σ", "$\\sigma$")
+    return re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", text)
+  lines = ["\\begin{table}", "\\centering", "\\scriptsize",
+           "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}", "\\hline",
+           " & ".join(latex(h) for h in header) + " \\\\", "\\hline"]
+  for cells in rows:
+    parts = [cell.split("<br>") for cell in cells]
+    lines.append(" & ".join(latex(p[0]) for p in parts) + " \\\\")
+    if any(len(p) > 1 for p in parts):
+      lines.append(" & ".join(latex(p[1]) if len(p) > 1 else "" for p in parts) + " \\\\[2pt]")
+  lines += ["\\hline", "\\end{tabular}", f"\\caption{{{latex(caption)}}}", "\\end{table}", ""]
+  return "\n".join(lines)
+
+
+def readme_link(readme: str, output_dir: str) -> str:
+  """A Markdown link to the README's first "## Results" section (GitHub's heading anchor)."""
+  path = os.path.join(REPOSITORY, readme)
+  anchor = ""
+  if os.path.exists(path):
+    with open(path) as stream:
+      heading = next((line for line in stream if line.startswith("## Results")), None)
+    if heading:
+      slug = re.sub(r"[^\w\- ]", "", heading[3:].strip().lower()).replace(" ", "-")
+      anchor = f"#{slug}"
+  return f"[{readme}, Results]({os.path.relpath(path, output_dir)}{anchor})"
+
+
+def _metric_name(method: str, metric: str) -> str:
+  return f"{tables.METHOD_TITLES[method]} {tables.METRIC_TITLES[metric]}"
+
+
+def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
+                datasets: list[str]) -> list[str]:
+  """The table's Markdown bullets for "Where we differ and why", computed from the runs.
+
+  Cells beyond BEYOND_SIGMA are listed per dataset in `datasets` order, in the table's column
+  order.
+  """
+  module = spec.module
+  lines = [f"- **Table {spec.number}** ({spec.title}):"]
+  refined = table_checks.elbo_aux_holds(runs)
+  if len(refined):
+    failed = ", ".join(f"{r['dataset']} seed {r['seed']}" for _, r in refined[~refined["holds"]]
+                       .iterrows())
+    lines.append(f"  - ELBO_aux ≥ ELBO in {int(refined['holds'].sum())} of {len(refined)} "
+                 "refined VI runs" + (f" (not: {failed})." if failed else "."))
+  for metric in module.HIGHER_IS_BETTER:
+    better, compared = table_checks.refined_vs_vi(table, metric)
+    if not compared:
+      continue
+    worse = sorted(set(compared) - set(better))
+    name = tables.METRIC_TITLES[metric]
+    lines.append(f"  - Refined VI's mean {name} ≥ VI's on {len(better)} of {len(compared)} "
+                 "datasets" + (f" (not: {', '.join(worse)})." if worse else "."))
+  deviations = table_checks.paper_deviations(table, module.COMPARISONS)
+  known = deviations.dropna(subset=["sigma"])
+  column_order = {(method, metric): i for i, (method, metric, _) in enumerate(module.COLUMNS)}
+  beyond = known[[table_checks.is_beyond(s, BEYOND_SIGMA) for s in known["sigma"]]].assign(
+      dataset_rank=lambda f: f["dataset"].map(datasets.index),
+      column_rank=lambda f: [column_order.get(key, len(column_order))
+                             for key in zip(f["method"], f["metric"])])
+  beyond = beyond.sort_values(["dataset_rank", "column_rank"])
+  lines.append(f"  - Beyond {BEYOND_SIGMA:g} paper σ: {len(beyond)} of {len(known)} cells"
+               + (":" if len(beyond) else "."))
+  for dataset, part in beyond.groupby("dataset", sort=False):
+    cells = ", ".join(f"{_metric_name(r['method'], r['metric'])} {sigma_text(r['sigma'])}"
+                      for _, r in part.iterrows())
+    lines.append(f"    - {dataset}: {cells}")
+  if len(deviations) > len(known):
+    lines.append(f"  - {len(deviations) - len(known)} cells have a paper std of 0 and no σ.")
+  lines.append(f"  - Why: {readme_link(spec.readme, output_dir)}.")
+  return lines
+
+
+def machine_time_text(seconds: float, num_runs: int) -> str:
+  """"4.4 h over 225 runs" (minutes below an hour)."""
+  amount = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+  return f"{amount} over {num_runs} run{'s' if num_runs != 1 else ''}"
+
+
+def seeds_text(rows: list[list[str]]) -> str:
+  """How many seeds each cell averages, from the layout's seeds column."""
+  counts = {cells[-1] for cells in rows}
+  if counts == {"1"}:
+    return "Every cell is one seed (no ± std)."
+  if len(counts) == 1:
+    return f"Every cell is the mean ± std over {counts.pop()} seeds."
+  return "Cells average the seeds in the last column (a/b: the row's methods differ)."
+
+
+def table_report(spec: PaperTable, results_dir: str, output_dir: str,
+                 paper_dir: Optional[str] = None) -> Optional[TableReport]:
+  """The table's report parts, or None when `results_dir` has no run of its benchmark."""
+  if not results_loader.load_runs(results_dir, spec.benchmark):
+    return None
+  module = spec.module
+  runs = module.load_runs(results_dir)
+  table = module.summary(runs, paper_dir)
+  paper = results_loader.load_paper_table(module.PAPER_CSV, paper_dir)
+  order = list(dict.fromkeys(paper["dataset"]))
+  datasets = order + sorted(set(table["dataset"]) - set(order))
+  header, rows = tables.layout_rows(table, module.COLUMNS, datasets, sigma_cell)
+  seconds, num_runs = table_checks.machine_time(runs)
+  missing = [d for d in order if d not in set(table["dataset"])]
+  markdown = [
+      f"## Table {spec.number}: {spec.title}", "", spec.description, "",
+      "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+      *["| " + " | ".join(cells) + " |" for cells in rows], "",
+      f"{seeds_text(rows)} Machine time: {machine_time_text(seconds, num_runs)} (the sum of each "
+      "run's `timings.total_seconds`; VI training shared by vi, refined_vi and vi_equal_compute "
+      "counts once)."
+  ]
+  if missing:
+    markdown += ["", f"Not run yet: {', '.join(missing)}."]
+  caption = (f"Table {spec.number}: {spec.title}. Ours (mean ± std over seeds), below it the "
+             "paper's mean ± std and our distance from it in the paper's std.")
+  return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, rows, caption),
+                     differences(spec, runs, table, output_dir, datasets), seconds / 3600, num_runs)

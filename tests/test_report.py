@@ -1,0 +1,129 @@
+"""The report: the paper's layout with σ differences, the differences list, machine time, figures.
+
+A hand-made results directory with known numbers: UCI boston_housing (VI and refined VI, two seeds)
+and LeNet-5 MNIST (VI and refined VI, one seed), the toy example with its figure, eight schools
+without its figures, and a Figure 4 PNG for the MNIST refined run.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from common import report
+from common.results import write_results
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UCI_TIMINGS = {"train_seconds": 300.0, "refine_seconds": 30.0, "total_seconds": 360.0}
+IMAGE_TIMINGS = {"train_seconds": 5000.0, "refine_seconds": 400.0, "total_seconds": 5400.0}
+
+
+def _uci(root, method, seed, metrics):
+  write_results(str(root / "uci" / "boston_housing" / method / f"seed_{seed}"), benchmark="uci",
+                dataset="boston_housing", method=method, seed=seed, flags={},
+                metrics={"num_train": 404, "target_std": 1.0, **metrics}, timings=UCI_TIMINGS)
+
+
+def _image(root, method, metrics):
+  folder = root / "image" / "mnist" / method / "seed_0"
+  write_results(str(folder), benchmark="image", dataset="mnist", method=method, seed=0,
+                flags={"num_samples": 10, "num_auxiliary": 5, "steps_per_auxiliary": 200},
+                metrics=metrics, timings=IMAGE_TIMINGS)
+  return folder
+
+
+@pytest.fixture
+def results(tmp_path):
+  root = tmp_path / "results"
+  # VI MLL mean -2.7: (-2.7 + 2.874) / 0.151 = +1.2 paper σ; refined -2.4: +2.4σ (beyond 2σ).
+  # VI ELBO mean -665: +0.4σ; refined ELBO_aux -605: +3.3σ (target_std 1: no change of units).
+  for seed, (vi_mll, refined_mll, elbo, elbo_aux) in enumerate([(-2.6, -2.3, -660.0, -600.0),
+                                                                (-2.8, -2.5, -670.0, -610.0)]):
+    _uci(root, "vi", seed, {"test_mll": vi_mll, "elbo": elbo})
+    _uci(root, "refined_vi", seed, {"test_mll": refined_mll, "elbo": elbo, "elbo_aux": elbo_aux})
+  # MNIST: refined MLL -0.0259 is -0.9σ; VI -0.0363 is -4.3σ; accuracy std 0 in the paper: no σ.
+  _image(root, "vi", {"test_mll": -0.0363, "test_accuracy": 0.9905, "elbo": -9020.0})
+  folder = _image(root, "refined_vi", {"test_mll": -0.0259, "test_accuracy": 0.9919,
+                                       "elbo": -9020.0, "elbo_aux": -7458.0})
+  (folder / "figure4_elbo_aux.png").write_bytes(b"png")
+  toy = root / "toy" / "multimodal"
+  write_results(str(toy), benchmark="toy", dataset="multimodal", method="refined_vi", seed=0,
+                flags={"num_samples": 2000}, timings={"total_seconds": 8.0},
+                metrics={"elbo": -0.546, "elbo_aux": -0.502, "elbo_aux_stderr": 0.006,
+                         "log_evidence": -0.315, "refined_mass_per_mode": [0.02, 0.49, 0.47, 0.02],
+                         "true_mass_per_mode": [0.03, 0.47, 0.47, 0.03]})
+  (toy / "figure.png").write_bytes(b"png")
+  write_results(str(root / "toy" / "eight_schools"), benchmark="toy", dataset="eight_schools",
+                method="refined_vi", seed=0, flags={}, timings={},
+                metrics={"elbo_aux_by_k": {"1": -31.47}})
+  return root
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, "-m", "common.report", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_report_lays_out_tables_with_sigma_differences_seeds_and_machine_time(results, tmp_path):
+  output = tmp_path / "report"
+  text = open(report.write_report(str(results), str(output))).read()
+  assert "−2.700 ± 0.141<br>(paper −2.874 ± 0.151, +1.2σ)" in text
+  assert "−2.400 ± 0.141<br>(paper −2.851 ± 0.185, **+2.4σ**)" in text
+  assert "−665 ± 7<br>(paper −668 ± 8, +0.4σ)" in text
+  assert "−0.0259<br>(paper −0.025 ± 0.001, −0.9σ)" in text
+  assert "99.19 %<br>(paper 99.2 ± 0.0 %)" in text   # the paper's std is 0: no σ
+  assert "Every cell is the mean ± std over 2 seeds. Machine time: 24 min over 4 runs" in text
+  assert "Every cell is one seed (no ± std). Machine time: 3.0 h over 2 runs" in text
+  assert "Not run yet: concrete_strength, naval_propulsion" in text
+  assert "Not run yet: fashion_mnist, cifar10." in text
+  assert "**Table 3** (ResNet-20 on CIFAR-10): not run yet." in text
+  differences = text.split("## Where we differ and why")[1].split("## Data")[0]
+  assert "ELBO_aux ≥ ELBO in 2 of 2 refined VI runs." in differences
+  assert "Beyond 2 paper σ: 2 of 4 cells:" in differences
+  assert "boston_housing: Refined VI MLL **+2.4σ**, Refined VI ELBO_aux **+3.3σ**" in differences
+  assert ("mnist: VI MLL **−4.3σ**, VI ELBO **−29.4σ**, Refined VI ELBO_aux **−27.1σ**"
+          in differences)
+  assert "uci/README.md#results-committed-under-resultsuci" in differences
+  assert sorted(os.listdir(output)) == ["REPORT.md", "appendix.md", "image.csv", "toy.csv",
+                                        "uci.csv"]
+
+
+def test_report_links_only_figures_that_exist_relative_to_the_report(results, tmp_path):
+  output = tmp_path / "report"
+  text = open(report.write_report(str(results), str(output))).read()
+  links = re.findall(r"!\[[^]]*\]\(([^)]+)\)", text)
+  assert links == ["../results/toy/multimodal/figure.png",
+                   "../results/image/mnist/refined_vi/seed_0/figure4_elbo_aux.png"]
+  assert all(os.path.exists(output / link) for link in links)
+  assert "(d) 2,000 refined samples: ELBO_aux −0.502 ± 0.006" in text
+  assert "VI ELBO −9,020 → ELBO_aux −7,458 (+1,562 nats)" in text
+  figure3 = text.split("## Figure 3")[1].split("## Figure 4")[0]
+  assert "Not run yet." in figure3   # its results.json exists, its figures do not
+
+
+def test_latex_format_writes_both_tables_through_the_command_line(results, tmp_path):
+  output = tmp_path / "report"
+  completed = _run(f"--results_dir={results}", f"--output_dir={output}", "--format=latex")
+  assert completed.returncode == 0, completed.stderr
+  for name in ("table1_uci.tex", "table2_lenet5.tex"):
+    latex = (output / name).read_text()
+    assert "\\begin{tabular}" in latex and "\\end{tabular}" in latex
+  assert "$-$0.0259" in (output / "table2_lenet5.tex").read_text()
+  assert "[table1_uci.tex](table1_uci.tex)" in (output / "REPORT.md").read_text()
+
+
+@pytest.mark.parametrize("make_smoke_run", [False, True])
+def test_a_results_dir_without_results_is_one_line_naming_it_and_nothing_written(
+    tmp_path, make_smoke_run):
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  if make_smoke_run:   # smoke runs are not results
+    write_results(str(empty / "smoke" / "uci"), benchmark="uci", method="vi", flags={},
+                  metrics={}, timings={})
+  output = tmp_path / "report"
+  completed = _run(f"--results_dir={empty}", f"--output_dir={output}")
+  assert completed.returncode == 2
+  assert completed.stderr.count("\n") == 1 and str(empty) in completed.stderr
+  assert "no results.json" in completed.stderr
+  assert not output.exists()
