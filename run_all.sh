@@ -55,4 +55,4 @@ else
   python -m benchmarks.image_speed --output_dir="$output_root/benchmarks/image_speed"
 fi
 python -m image.table --results_dir="$output_root/image" --output_dir="$output_root/image"
-python -m common.report --results_dir="$output_root" --output_dir="$output_root/report" --format=latex
+python -m report.main --results_dir="$output_root" --output_dir="$output_root/report" --format=latex

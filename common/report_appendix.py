@@ -3,7 +3,7 @@
 `appendix(results_dir, output_dir)` returns the Markdown of `appendix.md` (mean and sample
 standard deviation over seeds per benchmark, dataset and method, with the paper's mean and
 standard deviation beside them where the paper has the number) and one CSV table per benchmark;
-`common.report` writes them beside REPORT.md. The toy and benchmark experiments, whose metrics
+`report.main` writes them beside REPORT.md. The toy and benchmark experiments, whose metrics
 the paper's tables do not hold, are summarised only here and in the figure captions.
 """
 from __future__ import annotations

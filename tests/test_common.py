@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from auxiliary_sampling import predictive
-from common import report, report_appendix, results_loader, tables
+from common import report_appendix, results_loader, tables
+from report import main as report
 from common.results import write_results
 from common.seeding import seed_everything
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from common import report
+from report import main as report
 from common.results import write_results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +61,7 @@ def results(tmp_path):
 
 
 def _run(*args):
-  return subprocess.run([sys.executable, "-m", "common.report", *args], cwd=REPO,
+  return subprocess.run([sys.executable, "-m", "report.main", *args], cwd=REPO,
                         capture_output=True, text=True, timeout=300)
 
 
