@@ -10,22 +10,32 @@ differing flags, or, when the user asks for it, the old state is discarded.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
-import shutil
 from typing import Any, Mapping
 
 from common.config import UsageError
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
+# What baselines.training writes: tf.train.CheckpointManager's files and the trace.
+CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
 
 
-def _describe(differing: list[str], requested: Mapping[str, Any], recorded: Mapping[str,
-                                                                                    Any]) -> str:
+def _describe(differing: list[str], requested: Mapping[str, Any],
+              recorded: Mapping[str, Any]) -> str:
   return ", ".join(
       f"--{name}={requested.get(name)} (checkpoint: {recorded.get(name, 'not recorded')})"
       for name in differing)
+
+
+def _checkpoint_files(checkpoint_dir: str) -> list[str]:
+  """The files a trainer writes into a checkpoint directory (settings record excluded)."""
+  if not os.path.isdir(checkpoint_dir):
+    return []
+  return [name for name in os.listdir(checkpoint_dir)
+          if any(fnmatch.fnmatch(name, pattern) for pattern in CHECKPOINT_FILE_PATTERNS)]
 
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
@@ -33,27 +43,27 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
   """Makes `checkpoint_dir` hold state of `settings` only: records them or checks the recorded ones.
 
   A directory with checkpoint files but no settings record (made by older
-  code) counts as a mismatch, since nothing says what made it.
+  code) counts as a mismatch, since nothing says what made it. Replacing a
+  mismatch deletes the checkpoint files only, never anything else in the folder.
   """
-  settings = json.loads(json.dumps(
-      dict(settings)))  # as JSON would give them back (tuples as lists)
+  settings = json.loads(json.dumps(dict(settings)))   # as JSON gives them back: tuples as lists
   path = os.path.join(checkpoint_dir, SETTINGS_FILENAME)
-  has_state = os.path.isdir(checkpoint_dir) and any(name != SETTINGS_FILENAME
-                                                    for name in os.listdir(checkpoint_dir))
   if os.path.exists(path):
     with open(path) as handle:
       recorded = json.load(handle)
     differing = sorted(
         name for name in set(settings) | set(recorded) if settings.get(name) != recorded.get(name))
   else:
-    recorded, differing = {}, (["(no settings record)"] if has_state else [])
+    recorded = {}
+    differing = ["(no settings record)"] if _checkpoint_files(checkpoint_dir) else []
   if differing:
     if not replace_mismatched:
       what = ("records no settings" if not recorded
               else f"was made with other settings: {_describe(differing, settings, recorded)}")
       raise UsageError(f"the checkpoint in {checkpoint_dir} {what}; use another directory, or "
                        "--replace_mismatched to discard it and train afresh")
-    shutil.rmtree(checkpoint_dir)
+    for name in _checkpoint_files(checkpoint_dir):
+      os.remove(os.path.join(checkpoint_dir, name))
   if differing or not os.path.exists(path):
     os.makedirs(checkpoint_dir, exist_ok=True)
     write_json_atomically(path, settings)

@@ -34,7 +34,6 @@ class ViFamilyRun:
   num_samples: int
   metrics: dict
   timings: dict
-  training_trace: np.ndarray                # [steps] minibatch ELBO estimates of VI training
 
   def sample_outputs(self, inputs) -> tf.Tensor:
     """[M, batch, ...] outputs of the M posterior samples the method predicts with."""
@@ -66,16 +65,14 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                            summary_dir=os.path.join(output_dir, "summaries", VI))
   metrics = {"vi_resumed_from_step": training.resumed_from_step}
   timings = {"train_seconds": training.train_seconds}
-  trace = training.trace
   if method == "vi_equal_compute":
     total_steps = config.vi_steps + config.extra_vi_steps
     if config.extra_vi_steps:
       extended = trainer.train(total_steps, checkpoint_dir=checkpoint_dir_fn(EXTRA_VI),
                                summary_dir=os.path.join(output_dir, "summaries", EXTRA_VI))
       timings["extra_train_seconds"] = extended.train_seconds - training.train_seconds
-      trace = extended.trace
-    metrics["total_vi_steps"] = int(
-        trainer.step.numpy())  # the steps taken, not the steps asked for
+    # The steps taken, read off the trainer, not the steps asked for.
+    metrics["total_vi_steps"] = int(trainer.step.numpy())
   metrics["elbo"] = float(estimate_elbo(model, inputs, labels, log_likelihood_fn,
                                         num_samples=config.elbo_num_samples))
   refinement = None
@@ -95,4 +92,4 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     if refinement.stage_elbo_aux is not None:
       timings["stage_elbo_seconds"] = refinement.timings["stage_elbo_seconds"]
   return ViFamilyRun(model=model, refinement=refinement, num_samples=config.num_samples,
-                     metrics=metrics, timings=timings, training_trace=trace)
+                     metrics=metrics, timings=timings)

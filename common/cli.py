@@ -26,11 +26,10 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
-from common.results import note_start_commit
+from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
-RESULTS_FILENAME = "results.json"
 # Left behind by a process killed while writing a file atomically (common.results,
 # baselines.training).
 STALE_TEMPORARY_PATTERNS = (".tmp-*", "*.npz.tmp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import typing
 from typing import Any, Mapping, Optional, Sequence
 
@@ -29,17 +30,17 @@ class UsageError(ValueError):
 def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # noqa: A002
             minimum: Optional[float] = None, maximum: Optional[float] = None,
             above: Optional[float] = None, below: Optional[float] = None,
-            shapes: Any = ALL) -> Any:
+            shapes: Any = ALL, directory: bool = False) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
   `choices` lists the allowed values (for a tuple field: of each element);
   `shapes` says which trained state the value shapes (see ALL, RESULTS,
-  NOTHING).
+  NOTHING); `directory=True`: a value that is set must name an existing folder.
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
-              "shapes": shapes}
+              "shapes": shapes, "directory": directory}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
@@ -75,6 +76,8 @@ def _check_value(name: str, value: Any, kind: type, field: dataclasses.Field) ->
     if field.default is None:
       return
     raise UsageError(f"{name} is not set; allowed: {describe_allowed(field) or kind.__name__}")
+  if meta.get("directory") and not os.path.isdir(value):
+    raise UsageError(f"{name}={value} is not a folder; allowed: an existing folder, or unset")
   if kind is bool:
     if not isinstance(value, bool):
       raise UsageError(f"{name}={value!r} must be true or false")
@@ -177,7 +180,7 @@ def with_default(config_class: type, name: str, default: Any) -> Any:
 def data_dir_setting(layout: str, default: str) -> Any:
   """The `data_dir` field of a benchmark that reads local files (`layout`) or downloads them."""
   return setting(None, f"Local data directory ({layout}); default {default}. Missing files are "
-                 "downloaded and checksummed.", shapes=NOTHING)
+                 "downloaded and checksummed.", shapes=NOTHING, directory=True)
 
 
 def download_setting() -> Any:

@@ -49,6 +49,17 @@ def test_every_bad_value_is_one_usage_error_naming_it(values, message):
   assert str(raised.value) == message
 
 
+def test_a_data_dir_that_is_not_a_folder_is_refused_before_any_work(tmp_path):
+  """Mutation: without the check, UCI tried to download into the missing folder (exit 1 after
+  TensorFlow loaded); every benchmark's data_dir now fails the same way at flag-checking time."""
+  for config_class in (UciConfig, ImageConfig):
+    config_class(data_dir=str(tmp_path)).validate()
+    with pytest.raises(UsageError) as raised:
+      config_class(data_dir=str(tmp_path / "missing")).validate()
+    assert str(raised.value) == (f"data_dir={tmp_path / 'missing'} is not a folder; "
+                                 "allowed: an existing folder, or unset")
+
+
 def test_with_default_keeps_the_declaration():
   assert Derived().count == 7
   with pytest.raises(UsageError, match="count=0 is out of range; allowed: >= 1"):
@@ -147,3 +158,16 @@ def test_flags_carry_declared_defaults_so_resolved_values_follow_the_method():
   values(["image.main", "--method=vi", "--num_auxiliary=3"])
   config = cli.config_from_flags(ImageConfig, values)
   assert config.pixel_scaling == "standardise" and config.num_auxiliary == 3
+
+
+def test_replacing_a_mismatched_checkpoint_deletes_only_checkpoint_files(tmp_path):
+  """Mutation: discarding the whole folder (rmtree) would delete a user's other files when
+  --vi_checkpoint_dir points at a folder that holds more than checkpoints."""
+  folder = tmp_path / "mine"
+  claim_checkpoint_dir(str(folder), {"seed": 0}, replace_mismatched=False)
+  for name in ("checkpoint", "ckpt-5.index", "ckpt-5.data-00000-of-00001", "trace.npz",
+               "notes.txt"):
+    (folder / name).write_text("x")
+  claim_checkpoint_dir(str(folder), {"seed": 1}, replace_mismatched=True)
+  assert sorted(os.listdir(folder)) == ["notes.txt", SETTINGS_FILENAME]
+  assert json.loads((folder / SETTINGS_FILENAME).read_text()) == {"seed": 1}
