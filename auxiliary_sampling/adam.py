@@ -26,7 +26,9 @@ class Adam(tf.Module):
                           for v in self.variables_to_train]
     self.second_moments = [tf.Variable(tf.zeros_like(v), trainable=False)
                            for v in self.variables_to_train]
-    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False)
+    # Counted once per step whatever the number of replicas.
+    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
   def reset(self) -> None:
     """Forgets the moment estimates (a fresh optimiser)."""
@@ -35,7 +37,12 @@ class Adam(tf.Module):
     self.iterations.assign(0)
 
   def apply(self, gradients: Sequence[tf.Tensor], learning_rate: tf.Tensor) -> None:
-    """One Adam step, one fused kernel per variable (few ops: this loop is op-bound on CPU)."""
+    """One Adam step, one fused kernel per variable (few ops: this loop is op-bound on CPU).
+
+    Under a `tf.distribute` strategy, call it in replica context with the
+    all-reduced gradients: each replica updates its own copy of every
+    variable and moment identically, so the copies stay equal.
+    """
     step = tf.cast(self.iterations.assign_add(1), tf.float32)
     beta_1_power, beta_2_power = tf.pow(self.beta_1, step), tf.pow(self.beta_2, step)
     for variable, gradient, m, v in zip(self.variables_to_train, gradients, self.first_moments,

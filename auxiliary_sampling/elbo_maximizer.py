@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.batch_shards import batch_shard
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
@@ -33,6 +34,10 @@ class ElboMaximizer(tf.Module):
   Subclasses may override `expected_log_likelihood_on_batch` (the deep
   ensemble's adversarial training does). `weight_noise` (one of WEIGHT_NOISE)
   is how the model's mean-field layers draw noise in this loop's model calls.
+
+  Built inside a `tf.distribute` strategy's scope, every step is
+  data-parallel: the global batch of `batch_size` is split evenly over the
+  replicas and the objective is the same as on one device (`_replica_step`).
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
@@ -53,19 +58,24 @@ class ElboMaximizer(tf.Module):
     self.variables_to_train = list(variables)
     if not self.variables_to_train:
       raise ValueError("no variables to train")
+    # The strategy whose scope builds this object: its replicas share every step.
+    self.strategy = tf.distribute.get_strategy()
+    num_replicas = self.strategy.num_replicas_in_sync
+    if batch_size % num_replicas:
+      raise ValueError(f"batch_size={batch_size} does not split evenly over {num_replicas} "
+                       f"replicas; allowed: a multiple of {num_replicas}")
     self.batch_size = batch_size
     self.data_seed = int(data_seed)
     self.optimizer = Adam(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-  def _batch(self) -> tuple[tf.Tensor, tf.Tensor]:
+  def _batch_indices(self) -> tf.Tensor:
+    """The next global minibatch's example indices, [batch] or [member_batches, batch]."""
     count = self.batch_counter.assign_add(1)
     shape = ([self.batch_size] if self.member_batches is None
              else [self.member_batches, self.batch_size])
     seed = tf.stack([tf.constant(self.data_seed, tf.int64), count])
-    indices = tf.random.stateless_uniform(shape, seed=seed, maxval=self.num_examples,
-                                          dtype=tf.int64)
-    return tf.gather(self.inputs, indices), tf.gather(self.labels, indices)
+    return tf.random.stateless_uniform(shape, seed=seed, maxval=self.num_examples, dtype=tf.int64)
 
   def model_outputs(self, inputs) -> tf.Tensor:
     """The model's training-mode outputs, its layers drawing weight noise `weight_noise`-wise."""
@@ -77,22 +87,56 @@ class ElboMaximizer(tf.Module):
     log_likelihood = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
+  def _replica_step(self, indices: tf.Tensor,
+                    learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One Adam step on this replica's share of the global batch `indices`; (ELBO, KL).
+
+    With R replicas each holds B / R examples. Its loss is its share of the
+    global loss: its likelihood term (N * mean over its examples) and the KL,
+    both divided by R. The all-reduced sum of the R gradients is then the
+    gradient of N * mean over the global batch minus the KL counted once,
+    the same objective as on one device, whatever R is.
+    """
+    context = tf.distribute.get_replica_context()
+    num_replicas = context.num_replicas_in_sync
+    replica = context.replica_id_in_sync_group
+    local_batch = self.batch_size // num_replicas
+    if num_replicas > 1:
+      indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
+    inputs, labels = tf.gather(self.inputs, indices), tf.gather(self.labels, indices)
+    with batch_shard(num_replicas, replica):
+      with tf.GradientTape() as tape:
+        kl = self.kl_fn()
+        expected_log_likelihood = self.expected_log_likelihood_on_batch(inputs, labels)
+        elbo_share = expected_log_likelihood - kl
+        if num_replicas > 1:
+          elbo_share /= num_replicas
+        # Members are independent, so the sum's gradient is each member's own.
+        loss = -tf.reduce_sum(elbo_share) / self.num_examples
+      gradients = tape.gradient(loss, self.variables_to_train)
+    if num_replicas > 1:
+      gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+      expected_log_likelihood = context.all_reduce(tf.distribute.ReduceOp.MEAN,
+                                                   expected_log_likelihood)
+    self.optimizer.apply(gradients, learning_rate)
+    return expected_log_likelihood - kl, kl
+
   @tf.function
   def run(self, num_steps: tf.Tensor, learning_rate: tf.Tensor,
           elbo_offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs."""
+    """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs.
+
+    Under a `tf.distribute` strategy (the one whose scope built this object)
+    every step is data-parallel over its replicas (`_replica_step`).
+    """
+    strategy = self.strategy
     learning_rate = tf.cast(learning_rate, tf.float32)
     elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
     kl_trace = tf.TensorArray(tf.float32, size=num_steps)
     for step in tf.range(num_steps):
-      inputs, labels = self._batch()
-      with tf.GradientTape() as tape:
-        kl = self.kl_fn()
-        elbo = self.expected_log_likelihood_on_batch(inputs, labels) - kl
-        # Members are independent, so the sum's gradient is each member's own.
-        loss = -tf.reduce_sum(elbo) / self.num_examples
-      gradients = tape.gradient(loss, self.variables_to_train)
-      self.optimizer.apply(gradients, learning_rate)
+      elbo, kl = strategy.run(self._replica_step, args=(self._batch_indices(), learning_rate))
+      # Equal on every replica (all-reduced): keep the first replica's.
+      elbo, kl = (strategy.experimental_local_results(value)[0] for value in (elbo, kl))
       elbo_trace = elbo_trace.write(step, elbo - elbo_offset)
       kl_trace = kl_trace.write(step, tf.broadcast_to(kl, tf.shape(elbo)))
     return elbo_trace.stack(), kl_trace.stack()

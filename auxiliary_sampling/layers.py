@@ -198,7 +198,8 @@ class DenseReparameterization(MeanFieldLayer):
       mean += self.bias.posterior_loc[bias_axis]
       variance += self.bias.posterior_variance[bias_axis]
     event_shape = tf.shape(mean)[0 if self.num_members is None else 1:]
-    outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.dtype)
+    outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.dtype,
+                                                           per_example=True)
     return self.activation(outputs)
 
   def _call_with_weights(self, inputs: tf.Tensor) -> tf.Tensor:
@@ -255,11 +256,12 @@ class Conv2DFlipout(MeanFieldLayer):
     kernel_noise = self.noise.normal(self.kernel.event_shape, self.dtype)
     kernel_perturbation = self.kernel.posterior_scale * kernel_noise
     channels = inputs.shape[-1]
-    sign_input = self.noise.sign(tf.stack([batch, 1, 1, channels]), self.dtype)
-    sign_output = self.noise.sign(tf.stack([batch, 1, 1, self.filters]), self.dtype)
+    sign_input = self.noise.sign(tf.stack([batch, 1, 1, channels]), self.dtype, per_example=True)
+    sign_output = self.noise.sign(tf.stack([batch, 1, 1, self.filters]), self.dtype,
+                                 per_example=True)
     outputs = (self._convolve(inputs, self.kernel.posterior_loc)
                + self._convolve(inputs * sign_input, kernel_perturbation) * sign_output)
-    bias_noise = self.noise.normal(tf.stack([batch, self.filters]), self.dtype)
+    bias_noise = self.noise.normal(tf.stack([batch, self.filters]), self.dtype, per_example=True)
     if self.num_members is None:
       bias = self.bias.posterior_loc + self.bias.posterior_scale * bias_noise
       outputs += bias[:, None, None, :]
@@ -292,7 +294,8 @@ class GaussianSample(MeanFieldLayer):
   def call(self, inputs):
     """`inputs` only carries the batch size: [batch, ...] without a member axis."""
     batch = tf.shape(inputs)[0]
-    noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.dtype)
+    noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.dtype,
+                              per_example=True)
     loc, scale = self.weight.posterior_loc, self.weight.posterior_scale
     if self.num_members is not None:
       loc, scale = loc[:, None], scale[:, None]

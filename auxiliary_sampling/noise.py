@@ -12,6 +12,8 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.batch_shards import global_rows, local_rows
+
 AddWeight = Callable[..., tf.Variable]
 
 
@@ -20,8 +22,10 @@ def derived_seed(*keys: int) -> int:
   return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] >> 1)
 
 
-def _default_add_weight(name, shape, dtype, initializer, trainable):
-  return tf.Variable(initializer(shape, dtype), name=name, trainable=trainable)
+def _default_add_weight(name, shape, dtype, initializer, trainable,
+                        aggregation=tf.VariableAggregation.NONE):
+  return tf.Variable(initializer(shape, dtype), name=name, trainable=trainable,
+                     aggregation=aggregation)
 
 
 class MemberNoise(tf.Module):
@@ -34,6 +38,11 @@ class MemberNoise(tf.Module):
   `member_offset=m`) see exactly the same numbers: that is what lets a test
   check that vectorised refinement equals one-at-a-time refinement. With
   `num_members=None` there is no member axis.
+
+  Per-example draws (`per_example=True`, batch axis first in `shape`) are
+  made for the global batch and cut to this replica's rows
+  (`auxiliary_sampling.batch_shards`); the counter advances once per draw
+  whatever the number of replicas, so every replica sees the same numbers.
   """
 
   def __init__(self, num_members: Optional[int], total_members: Optional[int] = None,
@@ -55,33 +64,42 @@ class MemberNoise(tf.Module):
         trainable=False)
     self.counter = add_weight(
         name=f"{name}_counter", shape=[], dtype=tf.int64,
-        initializer=lambda shape, dtype=None, **_: tf.zeros(shape, tf.int64), trainable=False)
+        initializer=lambda shape, dtype=None, **_: tf.zeros(shape, tf.int64), trainable=False,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
   def set_seed(self, seed: int) -> None:
     """Restarts the stream from `seed`."""
     self.seed.assign(int(seed))
     self.counter.assign(0)
 
-  def _draw(self, sampler, shape) -> tf.Tensor:
+  def _draw(self, sampler, shape, per_example: bool) -> tf.Tensor:
     seed = tf.stack([self.seed, self.counter.assign_add(1)])
-    if self.num_members is None:
-      return sampler(shape, seed)
-    full_shape = tf.concat([[self.total_members], tf.cast(shape, tf.int32)], 0)
-    draws = sampler(full_shape, seed)
-    if self.total_members == self.num_members:
-      return draws
-    return draws[self.member_offset:self.member_offset + self.num_members]
+    shape = tf.cast(shape, tf.int32)
+    drawn_shape = global_rows(shape) if per_example else shape
+    if self.num_members is not None:
+      drawn_shape = tf.concat([[self.total_members], drawn_shape], 0)
+    draws = sampler(drawn_shape, seed)
+    if self.num_members is not None and self.total_members != self.num_members:
+      draws = draws[self.member_offset:self.member_offset + self.num_members]
+    if per_example:
+      draws = local_rows(draws, batch_axis=0 if self.num_members is None else 1,
+                         local_batch=shape[0])
+    return draws
 
-  def normal(self, shape, dtype=tf.float32) -> tf.Tensor:
-    """N(0, 1) draws of shape [num_members] + shape (no member axis if None)."""
-    return self._draw(lambda s, seed: tf.random.stateless_normal(s, seed, dtype=dtype), shape)
+  def normal(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:
+    """N(0, 1) draws of shape [num_members] + shape (no member axis if None).
 
-  def sign(self, shape, dtype=tf.float32) -> tf.Tensor:
+    `per_example`: `shape` starts with the batch axis, one independent row per example.
+    """
+    return self._draw(lambda s, seed: tf.random.stateless_normal(s, seed, dtype=dtype), shape,
+                      per_example)
+
+  def sign(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:
     """Uniform random signs (+1/-1), as Flipout uses."""
     def sampler(s, seed):
       bits = tf.random.stateless_uniform(s, seed, minval=0, maxval=2, dtype=tf.int32)
       return tf.cast(2 * bits - 1, dtype)
-    return self._draw(sampler, shape)
+    return self._draw(sampler, shape, per_example)
 
   def set_member_window(self, total_members: int, member_offset: int) -> None:
     """Makes this stream the rows [member_offset, +num_members) of a `total_members` run."""

@@ -10,7 +10,8 @@ from typing import Optional
 
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
-from common.config import NOTHING, RESULTS, Config, UsageError, setting
+from common.config import NOTHING, RESULTS, UsageError, setting
+from common.distribution import DeviceConfig
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
 METHODS = VI_FAMILY + ("mnf", "deep_ensemble")
@@ -21,14 +22,15 @@ VI, EXTRA_VI, MNF, ENSEMBLE = "vi", "extra_vi", "mnf", "deep_ensemble"
 
 
 @dataclasses.dataclass
-class MethodConfig(Config):
+class MethodConfig(DeviceConfig):
   """What `baselines.methods.train_method` needs, whatever the benchmark."""
 
   method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS,
                         shapes=RESULTS)
   seed: int = setting(0, "Seed of the split, the initialisation and every random stream.",
                       minimum=0)
-  batch_size: int = setting(256, "Minibatch size of every Adam step.", minimum=1)
+  batch_size: int = setting(256, "Global minibatch of every Adam step, split evenly over replicas.",
+                           minimum=1)
   learning_rate: float = setting(1e-3, "Adam learning rate of VI, MNF and the ensemble.", above=0)
   vi_steps: int = setting(30_000, "Adam steps of mean-field VI.", minimum=1, shapes=(EXTRA_VI,))
   empirical_bayes_prior: bool = setting(
@@ -81,12 +83,20 @@ class MethodConfig(Config):
 
   def check(self) -> None:
     """Refinement's schedule must be one a float32 model can hold (before any training starts)."""
+    super().check()
     if self.method != "refined_vi":
       return
     try:
       AuxiliarySchedule.geometric(self.variance_ratio, self.num_auxiliary).check_dtype("float32")
     except ValueError as error:
       raise UsageError(str(error)) from None
+
+  def check_replicas(self, num_replicas: int) -> None:
+    """The global batch (and so refinement, VI, MNF and every ensemble member's) must split."""
+    super().check_replicas(num_replicas)
+    if self.batch_size % num_replicas:
+      raise UsageError(f"--batch_size={self.batch_size} does not split evenly over "
+                       f"{num_replicas} replicas; allowed: a multiple of {num_replicas}")
 
   @property
   def extra_vi_steps(self) -> int:

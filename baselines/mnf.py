@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
+from auxiliary_sampling.batch_shards import global_rows, local_rows
 from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments
@@ -197,8 +198,10 @@ class _MNFLayer(tf_keras.layers.Layer):
                                      name="flow_r")
     self.noise_seed = self.add_weight(name="noise_seed", shape=[], dtype=tf.int64, trainable=False,
                                       initializer=tf_keras.initializers.Constant(self.seed))
-    self.noise_counter = self.add_weight(name="noise_counter", shape=[], dtype=tf.int64,
-                                         trainable=False, initializer="zeros")
+    # One count per draw whatever the replicas (see auxiliary_sampling.batch_shards).
+    self.noise_counter = self.add_weight(
+        name="noise_counter", shape=[], dtype=tf.int64, trainable=False, initializer="zeros",
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
   @property
   def kernel_scale(self) -> tf.Tensor:
@@ -212,16 +215,24 @@ class _MNFLayer(tf_keras.layers.Layer):
   def z_scale(self) -> tf.Tensor:
     return tf.nn.softplus(self.untransformed_z_scale)
 
-  def normal(self, shape) -> tf.Tensor:
-    """Counter-based N(0, 1) draws: reproducible and checkpointed with the layer."""
-    return tf.random.stateless_normal(shape,
-                                      tf.stack([self.noise_seed,
-                                                self.noise_counter.assign_add(1)]),
-                                      dtype=self.dtype)
+  def normal(self, shape, per_example: bool = False) -> tf.Tensor:
+    """Counter-based N(0, 1) draws: reproducible and checkpointed with the layer.
+
+    `per_example`: `shape` starts with the batch axis; drawn for the global
+    batch and cut to this replica's rows (auxiliary_sampling.batch_shards).
+    """
+    shape = tf.cast(shape, tf.int32)
+    seed = tf.stack([self.noise_seed, self.noise_counter.assign_add(1)])
+    if not per_example:
+      return tf.random.stateless_normal(shape, seed, dtype=self.dtype)
+    draws = tf.random.stateless_normal(global_rows(shape), seed, dtype=self.dtype)
+    return local_rows(draws, batch_axis=0, local_batch=shape[0])
 
   def sample_z(self, sample_shape) -> tuple[tf.Tensor, tf.Tensor]:
-    """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws."""
-    noise = self.normal(tf.concat([tf.cast(sample_shape, tf.int32), [self.z_dimension]], 0))
+    """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws (per example if any)."""
+    sample_shape = tf.cast(sample_shape, tf.int32)
+    noise = self.normal(tf.concat([sample_shape, [self.z_dimension]], 0),
+                        per_example=sample_shape.shape[0] != 0)
     z_0 = self.z_loc + self.z_scale * noise
     log_q_0 = tf.reduce_sum(normal_log_prob(z_0, self.z_loc, tf.square(self.z_scale)), axis=-1)
     z_t, log_det = self.flow_q.forward(z_0)
@@ -289,7 +300,7 @@ class DenseMNF(_MNFLayer):
     mean = tf.matmul(inputs * z, self.kernel_loc) + self.bias_loc
     variance = tf.matmul(tf.square(inputs), tf.square(self.kernel_scale)) + tf.square(
         self.bias_scale)
-    return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean)))
+    return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean), per_example=True))
 
 
 class Conv2DMNF(_MNFLayer):
@@ -323,7 +334,7 @@ class Conv2DMNF(_MNFLayer):
                             self.padding)
     mean += self.bias_loc
     variance += tf.square(self.bias_scale)
-    return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean)))
+    return self.activation(mean + tf.sqrt(variance) * self.normal(tf.shape(mean), per_example=True))
 
 
 def mnf_layers(model) -> list[_MNFLayer]:

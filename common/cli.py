@@ -4,7 +4,9 @@
 binary: it generates one flag per field of the config dataclass (help text,
 choices and bounds from `common.config.setting`), checks the values and the
 output directory before TensorFlow loads, refuses to reuse a results.json
-made with other settings, then calls `train_and_evaluate(config, output_dir)`.
+made with other settings, picks the devices from the hardware flags
+(`common.distribution`), then calls `train_and_evaluate(config, output_dir)`
+inside that strategy's scope.
 
 Bad input (unknown flag, value out of range, unusable output directory) prints
 one line on stderr naming the value and what is allowed and exits with status
@@ -26,6 +28,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
+from common.distribution import DeviceConfig, describe_strategy, split_cpu_for_tests, strategy_for
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -206,12 +209,14 @@ def quiet_tensorflow_startup(show_logging: bool = False) -> None:
   Also silences TensorFlow's INFO and WARNING logging (for example the checkpoint
   saver's per-save lines) unless `show_logging`.
   """
+  if not show_logging:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  with contextlib.nullcontext() if show_logging else _stderr_silenced():
+    import tensorflow as tf
+    split_cpu_for_tests()
+    tf.config.list_logical_devices()
   if show_logging:
     return
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  with _stderr_silenced():
-    import tensorflow as tf
-    tf.config.list_logical_devices()
   tf.get_logger().setLevel("ERROR")
   absl_logging.get_absl_handler().addFilter(_drop_tensorflow_info)
 
@@ -219,6 +224,21 @@ def quiet_tensorflow_startup(show_logging: bool = False) -> None:
 def _drop_tensorflow_info(record: logging.LogRecord) -> bool:
   """Keeps our progress lines; drops TensorFlow's own INFO lines (e.g. one per checkpoint save)."""
   return record.levelno > logging.INFO or f"{os.sep}tensorflow{os.sep}" not in record.pathname
+
+
+@contextlib.contextmanager
+def _strategy_scope(config: Config) -> Iterator[None]:
+  """Builds and trains everything under the strategy the hardware flags pick (if the config has
+  them); UsageError if the hardware disagrees with the flags."""
+  if not isinstance(config, DeviceConfig):
+    yield
+    return
+  strategy = strategy_for(config)
+  description = describe_strategy(strategy)
+  absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
+                    description["strategy"], ", ".join(description["devices"]))
+  with strategy.scope():
+    yield
 
 
 def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
@@ -242,7 +262,8 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
       return
     note_start_commit()
     quiet_tensorflow_startup(flags.FLAGS.tf_log)
-    metrics = train_and_evaluate(config, output_dir)
+    with _strategy_scope(config):
+      metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:
       if name in metrics:
         value = metrics[name]

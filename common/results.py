@@ -69,11 +69,18 @@ def note_start_commit() -> Optional[str]:
 
 
 def machine_description() -> dict[str, Any]:
-  return {
+  """The platform, and with TensorFlow loaded the strategy, replicas and devices of the run."""
+  description = {
       "platform": platform.platform(),
       "processor": platform.machine(),
       "cpu_count": os.cpu_count()
   }
+  if "tensorflow" in sys.modules:
+    import tensorflow as tf
+
+    from common.distribution import describe_strategy
+    description.update(describe_strategy(tf.distribute.get_strategy()))
+  return description
 
 
 def check_finite(section: str, values: Mapping[str, Any]) -> None:

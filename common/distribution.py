@@ -1,0 +1,127 @@
+"""Which devices a run trains on: the hardware flags and the `tf.distribute` strategy they pick.
+
+The flags are uncertainty-baselines', so our users' scripts carry over:
+  (none)           one device, TensorFlow's default placement (a GPU if any);
+  --use_gpu        MirroredStrategy over every visible GPU;
+  --tpu=ADDRESS    TPUClusterResolver -> connect -> initialise -> TPUStrategy;
+  --num_cores=N    how many GPUs or TPU cores the run expects: a run that finds
+                   another number of replicas stops, instead of silently
+                   training on other hardware than the script says.
+`--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
+the replicas, so results do not depend on the replica count beyond round-off.
+
+For tests only, REFINED_VI_TEST_CPU_DEVICES=N splits the CPU into N logical
+devices before TensorFlow starts, and `--use_gpu` on a machine without GPUs
+then mirrors over them: MirroredStrategy with N replicas on any laptop.
+
+The config half of this module imports no TensorFlow, so bad flags are
+refused before it loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, ClassVar, Optional
+
+from common.config import ALL, NOTHING, Config, UsageError, setting
+
+TEST_CPU_DEVICES_VARIABLE = "REFINED_VI_TEST_CPU_DEVICES"
+
+
+@dataclasses.dataclass
+class DeviceConfig(Config):
+  """The hardware flags every training binary takes (see the module docstring)."""
+
+  # Whether the benchmark's models can compute in bfloat16 (a subclass's declaration).
+  bfloat16_supported: ClassVar[bool] = False
+
+  use_gpu: bool = setting(False, "Train data-parallel over every visible GPU (MirroredStrategy).",
+                          shapes=NOTHING)
+  tpu: Optional[str] = setting(
+      None, "TPU to train on (a name or grpc:// address for TPUClusterResolver): TPUStrategy "
+      "over its cores. Untested: this machine has no TPU.", shapes=NOTHING)
+  num_cores: int = setting(1, "GPUs or TPU cores the run expects; the run stops if the strategy "
+                           "finds another number of replicas.", minimum=1, shapes=NOTHING)
+  use_bfloat16: bool = setting(False, "Compute the network in bfloat16 where the benchmark "
+                               "supports it (variables and the ELBO stay float32).", shapes=ALL)
+
+  def check(self) -> None:
+    super().check()
+    if self.use_gpu and self.tpu:
+      raise UsageError(f"--use_gpu and --tpu={self.tpu} were both given; allowed: one of them")
+    if self.num_cores > 1 and not (self.use_gpu or self.tpu):
+      raise UsageError(f"--num_cores={self.num_cores} needs --use_gpu or --tpu; without them the "
+                       "run uses one device (allowed: --num_cores=1)")
+    if self.use_bfloat16 and not self.bfloat16_supported:
+      raise UsageError(f"--use_bfloat16 is not supported by {type(self).__name__}'s models; "
+                       "allowed: --use_bfloat16=false")
+
+  def check_replicas(self, num_replicas: int) -> None:
+    """Raises UsageError if the run cannot use `num_replicas` replicas as flagged."""
+    if num_replicas != self.num_cores:
+      raise UsageError(
+          f"--num_cores={self.num_cores} but the strategy found {num_replicas} replicas "
+          f"({self.hardware_flag}); allowed: --num_cores={num_replicas}, or make the "
+          f"{self.num_cores} devices visible")
+
+  @property
+  def hardware_flag(self) -> str:
+    if self.tpu:
+      return f"--tpu={self.tpu}"
+    return "--use_gpu" if self.use_gpu else "no --use_gpu or --tpu: one device"
+
+
+def test_cpu_devices() -> int:
+  """REFINED_VI_TEST_CPU_DEVICES as a count (0 when unset)."""
+  value = os.environ.get(TEST_CPU_DEVICES_VARIABLE, "")
+  if not value:
+    return 0
+  if not value.isdigit() or int(value) < 1:
+    raise UsageError(f"{TEST_CPU_DEVICES_VARIABLE}={value} must be a positive integer")
+  return int(value)
+
+
+def split_cpu_for_tests() -> None:
+  """Splits the CPU into REFINED_VI_TEST_CPU_DEVICES logical devices; before any TensorFlow op."""
+  count = test_cpu_devices()
+  if count:
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+def strategy_for(config: DeviceConfig) -> Any:
+  """The `tf.distribute.Strategy` the flags ask for; UsageError if the hardware disagrees."""
+  import tensorflow as tf
+  if config.tpu:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+  elif config.use_gpu:
+    devices = [device.name for device in tf.config.list_logical_devices("GPU")]
+    if not devices and test_cpu_devices():
+      devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+    if not devices:
+      raise UsageError(
+          "--use_gpu but TensorFlow sees no GPU (CUDA_VISIBLE_DEVICES="
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); allowed: drop --use_gpu to train "
+          "on the CPU")
+    strategy = tf.distribute.MirroredStrategy(devices)
+  else:
+    strategy = tf.distribute.get_strategy()
+  config.check_replicas(strategy.num_replicas_in_sync)
+  return strategy
+
+
+def describe_strategy(strategy: Any) -> dict[str, Any]:
+  """The strategy's kind, replica count and devices, as results.json records them."""
+  import tensorflow as tf
+  if strategy is tf.distribute.get_strategy() and not tf.distribute.has_strategy():
+    # The default strategy places ops on the first GPU if there is one.
+    devices = [(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices())[0].name]
+  else:
+    devices = list(strategy.extended.worker_devices)
+  return {"strategy": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
+          "devices": devices}

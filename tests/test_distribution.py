@@ -1,0 +1,247 @@
+"""Data-parallel training under tf.distribute: 2 replicas train exactly as 1 device does.
+
+MirroredStrategy gets 2 replicas here by splitting the CPU into 2 logical
+devices, which must happen before TensorFlow's first op; so the checks run
+in a fresh Python process (`_equivalence_checks`) that prints its findings
+as JSON, and the tests read them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
+            "--steps_per_checkpoint=100", "--num_samples=3", "--num_auxiliary=2",
+            "--steps_per_auxiliary=10", "--elbo_num_samples=2"]
+
+
+def _environment(cpu_devices: int = 2) -> dict:
+  environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
+  environment.pop("REFINED_VI_TEST_CPU_DEVICES", None)
+  if cpu_devices:
+    environment["REFINED_VI_TEST_CPU_DEVICES"] = str(cpu_devices)
+  return environment
+
+
+def _max_difference(first, second) -> float:
+  return max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(first, second))
+
+
+def _equivalence_checks() -> None:
+  """Runs in a process with 2 logical CPUs; prints {check: max |difference|, ...} as JSON."""
+  import tensorflow as tf
+  import tf_keras
+
+  from common.distribution import split_cpu_for_tests
+  split_cpu_for_tests()
+  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
+  from auxiliary_sampling.refine import refine
+  from auxiliary_sampling.schedule import AuxiliarySchedule
+  from baselines import deep_ensemble, mnf
+  from baselines.training import CheckpointedTraining
+
+  one_device = tf.distribute.get_strategy()
+  two_replicas = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(300, 6, 6, 1)).astype(np.float32)
+  classes = rng.integers(0, 3, size=300).astype(np.int32)
+  features = rng.normal(size=(300, 3)).astype(np.float32)
+  targets = (features @ np.array([1.0, -2.0, 0.5], np.float32))[:, None]
+  findings = {}
+
+  def categorical(labels, logits):
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(
+        tf.broadcast_to(labels, tf.shape(logits)[:-1]), logits)
+
+  def gaussian(labels, outputs):
+    return -0.5 * tf.reduce_sum(tf.square(labels - outputs[..., :1]), -1)
+
+  def flipout_net(num_members=None):
+    return tf_keras.Sequential([
+        Conv2DFlipout(4, 3, activation="relu", num_members=num_members),
+        tf_keras.layers.Lambda(lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:-3], [-1]], 0))),
+        DenseReparameterization(3, num_members=num_members)])
+
+  def built(strategy, model_fn, inputs, source=None):
+    """model_fn() built under `strategy`, with `source`'s variables copied in."""
+    with strategy.scope():
+      model = model_fn()
+      model(inputs[:1])
+    if source is not None:
+      for target, value in zip(model.variables, source.variables):
+        target.assign(value)
+    return model
+
+  def compare(name, model_fn, inputs, fit):
+    """fit(strategy, model) on 1 device and on 2 replicas, from the same weights and noise."""
+    reference = built(one_device, model_fn, inputs)
+    copy = built(two_replicas, model_fn, inputs, reference)
+    outputs = [fit(strategy, model) for strategy, model in ((one_device, reference),
+                                                            (two_replicas, copy))]
+    findings[name] = _max_difference(reference.variables, copy.variables)
+    # Every replica's copy of every variable is the same.
+    findings[name + "/replica_copies"] = max(
+        float(np.max(np.abs(v.values[0].numpy() - v.values[1].numpy()))) for v in copy.variables)
+    return outputs
+
+  def fit_vi(strategy, model):
+    with strategy.scope():
+      maximizer = ElboMaximizer(model, images, classes, categorical, model.trainable_variables,
+                                batch_size=64, data_seed=5)
+      return maximizer.maximize(4, 1e-2)
+
+  traces = compare("vi", flipout_net, images, fit_vi)
+  findings["vi/elbo_trace"] = float(np.max(np.abs(traces[0] - traces[1]) / np.abs(traces[0])))
+
+  def fit_ensemble(strategy, model):
+    with strategy.scope():
+      maximizer = deep_ensemble.AdversarialMaximizer(
+          model, features, targets, gaussian, model.trainable_variables, batch_size=32,
+          data_seed=2, kl_fn=lambda: tf.zeros([2]), member_batches=2, epsilon=0.01)
+      maximizer.maximize(4, 1e-2)
+
+  compare("deep_ensemble", lambda: deep_ensemble.regression_ensemble(2, 8, seed=1), features,
+          fit_ensemble)
+
+  def fit_mnf(strategy, model):
+    with strategy.scope():
+      maximizer = ElboMaximizer(model, features, targets, gaussian, model.trainable_variables,
+                                batch_size=32, data_seed=2, kl_fn=lambda: mnf.mnf_kl(model))
+      maximizer.maximize(4, 1e-2)
+
+  compare("mnf", lambda: mnf.regression_mnf(8, seed=3), features, fit_mnf)
+
+  trained = built(one_device, flipout_net, images)
+  refinements = []
+
+  def refine_members(strategy):
+    with strategy.scope():
+      start = built(strategy, flipout_net, images, trained)
+      result = refine(flipout_net, start, images, classes, categorical, num_samples=3,
+                      schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=3,
+                      batch_size=64, seed=4, elbo_batch_size=100)
+    refinements.append(result)
+
+  refine_members(one_device)
+  refine_members(two_replicas)
+  members = [result.model for result in refinements]
+  findings["refinement"] = _max_difference(members[0].variables, members[1].variables)
+  findings["refinement/replica_copies"] = max(
+      float(np.max(np.abs(v.values[0].numpy() - v.values[1].numpy())))
+      for v in members[1].variables)
+  findings["refinement/elbo_aux"] = float(
+      np.max(np.abs(refinements[0].elbo_aux - refinements[1].elbo_aux)))
+
+  def resumed(strategies, directory):
+    """4 VI steps: 2 on strategies[0], then 2 on strategies[1] after a checkpoint."""
+    model = None
+    for chunk, strategy in enumerate(strategies):
+      model = built(strategy, flipout_net, images, trained if chunk == 0 else None)
+      with strategy.scope():
+        maximizer = ElboMaximizer(model, images, classes, categorical, model.trainable_variables,
+                                  batch_size=64, data_seed=5)
+        CheckpointedTraining(maximizer, 1e-2, steps_per_checkpoint=2).train(
+            2 * (chunk + 1), checkpoint_dir=directory)
+    return model
+
+  with tempfile.TemporaryDirectory() as directory:
+    uninterrupted = resumed([one_device, one_device], os.path.join(directory, "one"))
+    moved = resumed([one_device, two_replicas], os.path.join(directory, "moved"))
+  findings["resumed_on_two_replicas"] = _max_difference(uninterrupted.variables, moved.variables)
+  print(json.dumps(findings))
+
+
+@pytest.fixture(scope="module")
+def findings():
+  completed = subprocess.run(
+      [sys.executable, "-c", "from tests.test_distribution import _equivalence_checks as c; c()"],
+      cwd=REPO, capture_output=True, text=True, timeout=600, env=_environment())
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("method", ["vi", "deep_ensemble", "mnf", "refinement"])
+def test_two_replicas_train_as_one_device(findings, method):
+  """Same weights and noise streams: 2 replicas and 1 device agree to float32 round-off.
+
+  Catches: the KL counted once per replica, the likelihood summed instead of
+  averaged over the global batch, every replica drawing the same per-example
+  noise rows (planted, each fails here by 1e-3 or more), an Adam step or noise
+  counter advanced once per replica.
+  """
+  assert findings[method] < 1e-5, findings
+  assert findings[method + "/replica_copies"] == 0.0, findings
+
+
+def test_elbo_scale_does_not_depend_on_the_replica_count(findings):
+  """The reported minibatch ELBO is the global one: N * mean over the global batch - KL once."""
+  assert findings["vi/elbo_trace"] < 1e-6, findings
+
+
+def test_refined_members_and_elbo_aux_match_one_device(findings):
+  assert findings["refinement/elbo_aux"] < 1e-2, findings   # nats, of ELBOs near -300
+
+
+def test_a_run_resumed_on_two_replicas_continues_as_if_uninterrupted(findings):
+  """The checkpoint holds one value per variable, and the data and noise streams are counters."""
+  assert findings["resumed_on_two_replicas"] < 1e-5, findings
+
+
+def _uci(*flags, cpu_devices=2):
+  return subprocess.run([sys.executable, "-m", "uci.main", *flags], cwd=REPO, capture_output=True,
+                        text=True, timeout=300, env=_environment(cpu_devices))
+
+
+def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path):
+  """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device."""
+  runs = {}
+  for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2"])):
+    completed = _uci(f"--output_dir={tmp_path / name}", "--method=refined_vi", *UCI_TINY, *flags)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+  assert runs["two"]["machine"]["replicas"] == 2
+  assert runs["two"]["machine"]["strategy"] == "MirroredStrategy"
+  assert runs["one"]["machine"]["replicas"] == 1
+  for metric in ("test_mll", "test_rmse", "elbo", "elbo_aux"):
+    np.testing.assert_allclose(runs["two"]["metrics"][metric], runs["one"]["metrics"][metric],
+                               rtol=1e-5)
+
+
+def test_image_binary_with_use_gpu_on_two_replicas(tmp_path):
+  completed = subprocess.run(
+      [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--dataset=mnist",
+       f"--data_dir={DATA}", "--nodownload", "--method=vi", "--num_train_examples=512",
+       "--num_test_examples=200", "--vi_steps=40", "--num_samples=2", "--batch_size=64",
+       "--use_gpu", "--num_cores=2"],
+      cwd=REPO, capture_output=True, text=True, timeout=300, env=_environment())
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert results["machine"]["replicas"] == 2
+  assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
+
+
+@pytest.mark.parametrize("flags,cpu_devices,message", [
+    (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
+    (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),
+    (["--use_gpu"], 0, "--use_gpu but TensorFlow sees no GPU"),
+    (["--use_gpu", "--num_cores=3"], 2, "--num_cores=3 but the strategy found 2 replicas"),
+    (["--use_gpu", "--num_cores=2", "--batch_size=63"], 2,
+     "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
+    (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
+])
+def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):
+  completed = _uci(f"--output_dir={tmp_path}", "--method=vi", *UCI_TINY, *flags,
+                   cpu_devices=cpu_devices)
+  assert completed.returncode == 2, completed.stderr[-2000:]
+  assert message in completed.stderr
+  assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+  assert not (tmp_path / "results.json").exists()
