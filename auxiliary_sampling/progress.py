@@ -50,3 +50,8 @@ class ProgressLog:
 
   def log(self, step: int, value: Optional[float] = None, stage: Optional[str] = None) -> None:
     logging.info(self.line(step, value, stage=stage))
+
+  def log_every(self, step: int, seconds: float = 30.0) -> None:
+    """Logs at `step` if `seconds` have passed since the previous line, and at the last step."""
+    if step >= self.total or time.perf_counter() - self.previous_time >= seconds:
+      self.log(step)

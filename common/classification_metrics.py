@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.predictive import log_mean_exp
+from auxiliary_sampling.progress import ProgressLog
 
 NUM_CALIBRATION_BINS = 15
 
@@ -41,7 +42,13 @@ def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Ten
     logits = logits[tf.newaxis] if logits.shape.rank == 2 else logits
     return tf.nn.log_softmax(logits, axis=-1)
   predict = tf.function(member_log_softmax, reduce_retracing=True)
-  return np.concatenate([predict(images).numpy() for images, _ in dataset], axis=1)
+  num_batches = int(dataset.cardinality().numpy())
+  progress = ProgressLog("evaluation (batches)", max(num_batches, 0))
+  outputs = []
+  for batch, (images, _) in enumerate(dataset, 1):
+    outputs.append(predict(images).numpy())
+    progress.log_every(batch)
+  return np.concatenate(outputs, axis=1)
 
 
 def member_metrics(member_log_probabilities, labels) -> dict[str, float]:

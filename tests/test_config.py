@@ -143,6 +143,20 @@ def test_progress_lines_say_where_a_run_is_and_when_it_ends():
   assert "20.0 steps/s" in progress.line(13_000, now=200.0)   # the rate of the latest interval
 
 
+def test_evaluation_progress_is_logged_at_intervals_and_at_the_end(monkeypatch):
+  from auxiliary_sampling import progress as progress_module
+  lines = []
+  monkeypatch.setattr(progress_module.logging, "info", lines.append)
+  clock = iter([0.0, 1.0, 2.0, 40.0, 40.0, 41.0, 41.0])
+  monkeypatch.setattr(progress_module.time, "perf_counter", lambda: next(clock))
+  progress = progress_module.ProgressLog("evaluation (batches)", total=4)
+  for batch in range(1, 5):
+    progress.log_every(batch, seconds=30.0)
+  # Batches 1 and 2 (t = 1, 2 s) are too soon; batch 3 (t = 40 s) and the last batch are logged.
+  assert [line.split(",")[0] for line in lines] == [
+      "evaluation (batches): step 3/4 (75%)", "evaluation (batches): step 4/4 (100%)"]
+
+
 def test_flags_carry_declared_defaults_so_resolved_values_follow_the_method():
   """ImageConfig resolves pixel_scaling "by_method" per method when it is built.
 
