@@ -143,7 +143,7 @@ class MeanFieldLayer(tf_keras.layers.Layer):
 
   def _weight_sample(self, parameter: GaussianMeanField) -> tf.Tensor:
     """One reparameterised draw of `parameter` per member ([M, ...]; no member axis if None)."""
-    return parameter.sample(self.noise.normal(parameter.event_shape, self.dtype))
+    return parameter.sample(self.noise.normal(parameter.event_shape, self.compute_dtype))
 
   def _check_input_rank(self, inputs: tf.Tensor, event_rank: int) -> None:
     if self.num_members is None and inputs.shape.rank != event_rank + 1:
@@ -180,7 +180,7 @@ class DenseReparameterization(MeanFieldLayer):
 
   def call(self, inputs, weight_noise: Optional[str] = None):
     """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
-    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     self._check_input_rank(inputs, 1)
     if resolve_weight_noise(weight_noise) == "per_batch":
       return self.activation(self._call_with_weights(inputs))
@@ -198,7 +198,7 @@ class DenseReparameterization(MeanFieldLayer):
       mean += self.bias.posterior_loc[bias_axis]
       variance += self.bias.posterior_variance[bias_axis]
     event_shape = tf.shape(mean)[0 if self.num_members is None else 1:]
-    outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.dtype,
+    outputs = mean + tf.sqrt(variance) * self.noise.normal(event_shape, self.compute_dtype,
                                                            per_example=True)
     return self.activation(outputs)
 
@@ -243,7 +243,7 @@ class Conv2DFlipout(MeanFieldLayer):
 
   def call(self, inputs, weight_noise: Optional[str] = None):
     """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
-    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     self._check_input_rank(inputs, 3)
     inputs = self._with_member_axis(inputs, 3)
     if resolve_weight_noise(weight_noise) == "per_batch":
@@ -253,15 +253,17 @@ class Conv2DFlipout(MeanFieldLayer):
                              (bias if self.num_members is None else bias[:, None, None, None]))
     member_axis = 0 if self.num_members is None else 1
     batch = tf.shape(inputs)[member_axis]
-    kernel_noise = self.noise.normal(self.kernel.event_shape, self.dtype)
+    kernel_noise = self.noise.normal(self.kernel.event_shape, self.compute_dtype)
     kernel_perturbation = self.kernel.posterior_scale * kernel_noise
     channels = inputs.shape[-1]
-    sign_input = self.noise.sign(tf.stack([batch, 1, 1, channels]), self.dtype, per_example=True)
-    sign_output = self.noise.sign(tf.stack([batch, 1, 1, self.filters]), self.dtype,
+    sign_input = self.noise.sign(tf.stack([batch, 1, 1, channels]), self.compute_dtype,
+                                 per_example=True)
+    sign_output = self.noise.sign(tf.stack([batch, 1, 1, self.filters]), self.compute_dtype,
                                  per_example=True)
     outputs = (self._convolve(inputs, self.kernel.posterior_loc)
                + self._convolve(inputs * sign_input, kernel_perturbation) * sign_output)
-    bias_noise = self.noise.normal(tf.stack([batch, self.filters]), self.dtype, per_example=True)
+    bias_noise = self.noise.normal(tf.stack([batch, self.filters]), self.compute_dtype,
+                                   per_example=True)
     if self.num_members is None:
       bias = self.bias.posterior_loc + self.bias.posterior_scale * bias_noise
       outputs += bias[:, None, None, :]
@@ -294,7 +296,7 @@ class GaussianSample(MeanFieldLayer):
   def call(self, inputs):
     """`inputs` only carries the batch size: [batch, ...] without a member axis."""
     batch = tf.shape(inputs)[0]
-    noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.dtype,
+    noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.compute_dtype,
                               per_example=True)
     loc, scale = self.weight.posterior_loc, self.weight.posterior_scale
     if self.num_members is not None:

@@ -38,8 +38,15 @@ def gaussian_log_likelihood(labels, loc, scale, target_shift=0.0, target_scale=1
           - 0.5 * tf.square((labels - original_loc) / original_scale))
 
 
+def to_float32_if_half(outputs: tf.Tensor) -> tf.Tensor:
+  """A bfloat16 (or float16) network's outputs in float32, before any likelihood or softmax."""
+  outputs = tf.convert_to_tensor(outputs)
+  return tf.cast(outputs, tf.float32) if outputs.dtype in (tf.bfloat16, tf.float16) else outputs
+
+
 def categorical_log_likelihood(labels, logits) -> tf.Tensor:
-  """log Categorical(y | softmax(logits)) for integer labels."""
+  """log Categorical(y | softmax(logits)) for integer labels, in float32 for bfloat16 logits."""
+  logits = to_float32_if_half(logits)
   labels = tf.cast(labels, tf.int32)
   labels = tf.broadcast_to(labels, tf.shape(logits)[:-1])
   return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)

@@ -67,7 +67,7 @@ class MemberDense(tf_keras.layers.Layer):
     super().build(input_shape)
 
   def call(self, inputs):
-    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     if inputs.shape.rank == 2:
       inputs = tf.broadcast_to(inputs[tf.newaxis],
                                tf.concat([[self.num_members], tf.shape(inputs)], 0))
@@ -104,7 +104,7 @@ class MemberConv2D(tf_keras.layers.Layer):
     super().build(input_shape)
 
   def call(self, inputs):
-    inputs = tf.convert_to_tensor(inputs, self.dtype)
+    inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     if inputs.shape.rank == 4:
       inputs = tf.broadcast_to(inputs[tf.newaxis],
                                tf.concat([[self.num_members], tf.shape(inputs)], 0))

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.predictive import log_mean_exp
+from auxiliary_sampling.predictive import log_mean_exp, to_float32_if_half
 from auxiliary_sampling.progress import ProgressLog
 
 NUM_CALIBRATION_BINS = 15
@@ -38,7 +38,7 @@ def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Ten
   `predictive_log_probabilities` of this array is the predictive of these same draws.
   """
   def member_log_softmax(images):
-    logits = sample_logits(images)
+    logits = to_float32_if_half(sample_logits(images))
     logits = logits[tf.newaxis] if logits.shape.rank == 2 else logits
     return tf.nn.log_softmax(logits, axis=-1)
   predict = tf.function(member_log_softmax, reduce_retracing=True)

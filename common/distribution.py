@@ -53,8 +53,8 @@ class DeviceConfig(Config):
       raise UsageError(f"--num_cores={self.num_cores} needs --use_gpu or --tpu; without them the "
                        "run uses one device (allowed: --num_cores=1)")
     if self.use_bfloat16 and not self.bfloat16_supported:
-      raise UsageError(f"--use_bfloat16 is not supported by {type(self).__name__}'s models; "
-                       "allowed: --use_bfloat16=false")
+      raise UsageError(f"--use_bfloat16 is not supported by this benchmark ({type(self).__name__}; "
+                       "bfloat16 is for the image models); allowed: --use_bfloat16=false")
 
   def check_replicas(self, num_replicas: int) -> None:
     """Raises UsageError if the run cannot use `num_replicas` replicas as flagged."""

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from baselines.config import ENSEMBLE, EXTRA_VI, VI, MethodConfig
 from common import images
-from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting, setting,
-                           with_default)
+from common.config import (NOTHING, RESULTS, UsageError, data_dir_setting, download_setting,
+                           setting, with_default)
 
 ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
 PIXEL_SCALINGS = ("by_method",) + images.PIXEL_SCALINGS
@@ -28,6 +28,9 @@ def pixel_scaling_for(method: str, pixel_scaling: str) -> str:
 @dataclasses.dataclass
 class ImageConfig(MethodConfig):
   """One dataset, one method, one seed."""
+
+  # The mean-field and ensemble LeNet-5s can compute in bfloat16 (not MNF's flows).
+  bfloat16_supported: ClassVar[bool] = True
 
   dataset: str = setting("mnist", "Image dataset.", choices=images.DATASETS)
   source: str = setting(
@@ -64,6 +67,12 @@ class ImageConfig(MethodConfig):
   def __post_init__(self):
     # Recorded resolved, so that a rerun compares the scaling a run really used.
     self.pixel_scaling = pixel_scaling_for(self.method, self.pixel_scaling)
+
+  def check(self) -> None:
+    super().check()
+    if self.use_bfloat16 and self.method == "mnf":
+      raise UsageError("--use_bfloat16 with --method=mnf: MNF's normalizing flows and their "
+                       "log-determinants stay float32; allowed: --use_bfloat16=false for mnf")
 
   @property
   def resolved_data_dir(self) -> Optional[str]:

@@ -216,16 +216,17 @@ def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path):
                                rtol=1e-5)
 
 
-def test_image_binary_with_use_gpu_on_two_replicas(tmp_path):
+def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
+  """The image binary end to end on 2 replicas, its LeNet-5 computing in bfloat16."""
   completed = subprocess.run(
       [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--dataset=mnist",
        f"--data_dir={DATA}", "--nodownload", "--method=vi", "--num_train_examples=512",
        "--num_test_examples=200", "--vi_steps=40", "--num_samples=2", "--batch_size=64",
-       "--use_gpu", "--num_cores=2"],
+       "--use_gpu", "--num_cores=2", "--use_bfloat16"],
       cwd=REPO, capture_output=True, text=True, timeout=300, env=_environment())
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "results.json").read_text())
-  assert results["machine"]["replicas"] == 2
+  assert results["machine"]["replicas"] == 2 and results["flags"]["use_bfloat16"]
   assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
 
 

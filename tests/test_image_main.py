@@ -87,6 +87,7 @@ def _run(*args):
      ], "initial_untransformed_posterior_scale=-inf must be a finite"),
     (["--pixel_scaling=zscore"], "value should be one of"),
     (["--ensemble_kernel_initializer=orthogonal"], "value should be one of"),
+    (["--method=mnf", "--use_bfloat16"], "--use_bfloat16 with --method=mnf: MNF's normalizing"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
