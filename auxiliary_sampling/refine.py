@@ -5,7 +5,10 @@ a_k ~ q_{k-1}(a_k), set q_k(w) := q_{k-1}(w | a_k) and the prior to
 p(w | a_1..k), then maximise the conditional ELBO for T Adam steps (state reset
 at every k). All members share one vectorised, compiled computation over a
 leading member axis; each member has its own random streams, so the result is
-the same as refining the members one at a time (tested).
+the same as refining the members one at a time (tested). Under a
+`tf.distribute` strategy (built in its scope) the optimisation is
+data-parallel: every replica holds all M members and a share of each
+minibatch (`ElboMaximizer`), so the members equal one device's.
 
 ELBO_aux (paper Eq. 13 with the residual of w kept in q_K):
   ELBO_aux = E_{q_K} log p(y | x, w) - KL(q_K(w) || p(w | a_1..K))
