@@ -157,6 +157,13 @@ def _equivalence_checks() -> None:
     uninterrupted = resumed([one_device, one_device], os.path.join(directory, "one"))
     moved = resumed([one_device, two_replicas], os.path.join(directory, "moved"))
   findings["resumed_on_two_replicas"] = _max_difference(uninterrupted.variables, moved.variables)
+  with two_replicas.scope():
+    try:
+      ElboMaximizer(trained, images, classes, categorical, trained.trainable_variables,
+                    batch_size=63)
+      findings["odd_batch_error"] = ""
+    except ValueError as error:
+      findings["odd_batch_error"] = str(error)
   print(json.dumps(findings))
 
 
@@ -194,6 +201,11 @@ def test_refined_members_and_elbo_aux_match_one_device(findings):
 def test_a_run_resumed_on_two_replicas_continues_as_if_uninterrupted(findings):
   """The checkpoint holds one value per variable, and the data and noise streams are counters."""
   assert findings["resumed_on_two_replicas"] < 1e-5, findings
+
+
+def test_the_library_refuses_a_batch_that_does_not_split_over_replicas(findings):
+  assert findings["odd_batch_error"] == (
+      "batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2")
 
 
 def _uci(*flags, cpu_devices=2):
