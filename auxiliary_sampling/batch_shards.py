@@ -49,13 +49,16 @@ def global_rows(shape) -> tf.Tensor:
   return tf.concat([shape[:1] * num_shards, shape[1:]], 0)
 
 
-def local_rows(draws: tf.Tensor, batch_axis: int, local_batch) -> tf.Tensor:
-  """This shard's `local_batch` rows, along `batch_axis`, of draws made for the global batch."""
+def local_rows(draws: tf.Tensor, batch_axis: int, local_shape) -> tf.Tensor:
+  """This shard's rows, along `batch_axis`, of draws made for the global batch.
+
+  `local_shape` is the shape asked for, the local batch first.
+  """
   shard = _current_shard.get()
   if shard is None:
     return draws
   _, index = shard
-  local_batch = tf.cast(local_batch, tf.int32)
+  local_batch = tf.cast(local_shape, tf.int32)[0]
   begin = tf.concat([tf.zeros([batch_axis], tf.int32), [index * local_batch],
                      tf.zeros([draws.shape.rank - batch_axis - 1], tf.int32)], 0)
   size = tf.concat([tf.fill([batch_axis], -1), [local_batch],

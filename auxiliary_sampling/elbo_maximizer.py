@@ -99,7 +99,7 @@ class ElboMaximizer(tf.Module):
     """
     context = tf.distribute.get_replica_context()
     num_replicas = context.num_replicas_in_sync
-    replica = context.replica_id_in_sync_group
+    replica = context.replica_id_in_sync_group if num_replicas > 1 else 0
     local_batch = self.batch_size // num_replicas
     if num_replicas > 1:
       indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
@@ -108,18 +108,16 @@ class ElboMaximizer(tf.Module):
       with tf.GradientTape() as tape:
         kl = self.kl_fn()
         expected_log_likelihood = self.expected_log_likelihood_on_batch(inputs, labels)
-        elbo_share = expected_log_likelihood - kl
-        if num_replicas > 1:
-          elbo_share /= num_replicas
+        elbo = expected_log_likelihood - kl
         # Members are independent, so the sum's gradient is each member's own.
-        loss = -tf.reduce_sum(elbo_share) / self.num_examples
+        loss = -tf.reduce_sum(elbo if num_replicas == 1 else elbo / num_replicas
+                              ) / self.num_examples
       gradients = tape.gradient(loss, self.variables_to_train)
     if num_replicas > 1:
       gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-      expected_log_likelihood = context.all_reduce(tf.distribute.ReduceOp.MEAN,
-                                                   expected_log_likelihood)
+      elbo = context.all_reduce(tf.distribute.ReduceOp.MEAN, expected_log_likelihood) - kl
     self.optimizer.apply(gradients, learning_rate)
-    return expected_log_likelihood - kl, kl
+    return elbo, kl
 
   @tf.function
   def run(self, num_steps: tf.Tensor, learning_rate: tf.Tensor,

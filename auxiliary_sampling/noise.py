@@ -83,7 +83,7 @@ class MemberNoise(tf.Module):
       draws = draws[self.member_offset:self.member_offset + self.num_members]
     if per_example:
       draws = local_rows(draws, batch_axis=0 if self.num_members is None else 1,
-                         local_batch=shape[0])
+                         local_shape=shape)
     return draws
 
   def normal(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:

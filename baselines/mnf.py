@@ -226,7 +226,7 @@ class _MNFLayer(tf_keras.layers.Layer):
     if not per_example:
       return tf.random.stateless_normal(shape, seed, dtype=self.dtype)
     draws = tf.random.stateless_normal(global_rows(shape), seed, dtype=self.dtype)
-    return local_rows(draws, batch_axis=0, local_batch=shape[0])
+    return local_rows(draws, batch_axis=0, local_shape=shape)
 
   def sample_z(self, sample_shape) -> tuple[tf.Tensor, tf.Tensor]:
     """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws (per example if any)."""

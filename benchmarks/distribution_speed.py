@@ -7,7 +7,8 @@ Side by side in one run, rounds interleaved so that machine load hits every
 variant alike: the UCI network (13 inputs, 50 ReLU units, batch 256 of 455
 examples; op-bound, so per-step overhead shows most) trained by
 `ElboMaximizer` for `--steps` steps after a warm-up, in a fresh process per
-measurement:
+measurement (with the number of ops in the compiled loop's graph: the
+default path should have exactly the baseline's):
   baseline        the code at `--baseline_ref` (checked out in a temporary
                   git worktree), default path;
   default         this tree, default path (no strategy);
@@ -60,10 +61,13 @@ with strategy.scope():
   maximizer = ElboMaximizer(model, x, y, log_likelihood, model.trainable_variables,
                             batch_size=256, data_seed=0)
 maximizer.maximize(warmup, 1e-3)
+graph = maximizer.run.get_concrete_function(
+    tf.constant(1), tf.constant(1e-3), tf.constant(0.0)).graph.as_graph_def()
+step_ops = sum(len(function.node_def) for function in graph.library.function)
 started = time.perf_counter()
 maximizer.maximize(steps, 1e-3)
 print(json.dumps({"seconds_per_step": (time.perf_counter() - started) / steps,
-                  "replicas": strategy.num_replicas_in_sync}))
+                  "replicas": strategy.num_replicas_in_sync, "step_ops": step_ops}))
 """
 
 VARIANTS = ("baseline", "default", "mirrored_2cpu")
@@ -86,12 +90,15 @@ def run_all(baseline_tree: str, steps: int, warmup: int, rounds: int) -> dict:
   """Median seconds per step of every variant over `rounds` interleaved rounds."""
   setups = {"baseline": (baseline_tree, 0), "default": (REPO, 0), "mirrored_2cpu": (REPO, 2)}
   samples = {name: [] for name in VARIANTS}
+  step_ops = {}
   for _ in range(rounds):
     for name in VARIANTS:
       tree, cpu_devices = setups[name]
-      samples[name].append(_measure(tree, steps, warmup, cpu_devices)["seconds_per_step"])
-  results = {name: {"seconds_per_step": statistics.median(values), "rounds": values}
-             for name, values in samples.items()}
+      measured = _measure(tree, steps, warmup, cpu_devices)
+      samples[name].append(measured["seconds_per_step"])
+      step_ops[name] = measured["step_ops"]
+  results = {name: {"seconds_per_step": statistics.median(values), "rounds": values,
+                    "step_ops": step_ops[name]} for name, values in samples.items()}
   baseline = results["baseline"]["seconds_per_step"]
   results["default_vs_baseline"] = results["default"]["seconds_per_step"] / baseline
   results["mirrored_2cpu_vs_default"] = (results["mirrored_2cpu"]["seconds_per_step"] /
@@ -102,10 +109,12 @@ def run_all(baseline_tree: str, steps: int, warmup: int, rounds: int) -> dict:
 def _markdown(results: dict, command: str, baseline_ref: str) -> str:
   lines = ["# Default path and MirroredStrategy: VI step time, UCI network, batch 256", "",
            f"Command: `{command}` (baseline: `{baseline_ref}`)", "",
-           "| variant | ms per step (median) | rounds (ms) |", "|---|---|---|"]
+           "| variant | ms per step (median) | rounds (ms) | ops in the compiled loop |",
+           "|---|---|---|---|"]
   for name in VARIANTS:
     rounds = ", ".join(f"{1000 * value:.3f}" for value in results[name]["rounds"])
-    lines.append(f"| {name} | {1000 * results[name]['seconds_per_step']:.3f} | {rounds} |")
+    lines.append(f"| {name} | {1000 * results[name]['seconds_per_step']:.3f} | {rounds} | "
+                 f"{results[name]['step_ops']} |")
   lines += ["", f"- default / baseline: {results['default_vs_baseline']:.3f}",
             f"- mirrored on 2 logical CPUs / default: {results['mirrored_2cpu_vs_default']:.2f}",
             ""]
