@@ -80,31 +80,47 @@ class MemberDense(tf_keras.layers.Layer):
 class MemberConv2D(tf_keras.layers.Layer):
   """A 2-D convolution (NHWC) with an independent kernel and bias per member.
 
-  [M?, B, H, W, C] -> [M, B, H', W', F].
+  [M?, B, H, W, C] -> [M, B, H', W', F]; with `num_members=None` a plain
+  convolution [B, H, W, C] -> [B, H', W', F] (the deterministic layers of a
+  partly Bayesian network before refinement gives them a member axis).
   """
 
-  def __init__(self, filters: int, kernel_size, num_members: int, strides=1, padding: str = "SAME",
+  def __init__(self, filters: int, kernel_size, num_members: Optional[int], strides=1,
+               padding: str = "SAME",
                activation=None, kernel_initializer="he_normal", seed: Optional[int] = None,
                **kwargs):
     super().__init__(**kwargs)
     self.seed = np.random.randint(2**31 - 1) if seed is None else int(seed)
     self.filters, self.kernel_size, self.padding = conv_arguments(filters, kernel_size, padding)
-    self.num_members, self.strides = check_integer("num_members", num_members), strides
+    self.num_members = None if num_members is None else check_integer("num_members", num_members)
+    self.strides = strides
     self.activation = tf_keras.activations.get(activation)
     self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
 
   def build(self, input_shape):
     member_shape = list(self.kernel_size) + [int(input_shape[-1]), self.filters]
-    self.kernel = self.add_weight(
-        name="kernel", shape=[self.num_members] + member_shape,
-        initializer=independent_member_initializer(self.kernel_initializer, self.seed,
-                                                   member_shape))
-    self.bias = self.add_weight(name="bias", shape=[self.num_members, self.filters],
-                                initializer="zeros")
+    if self.num_members is None:
+      self.kernel = self.add_weight(
+          name="kernel", shape=member_shape,
+          initializer=type(self.kernel_initializer).from_config(
+              {**self.kernel_initializer.get_config(), "seed": derived_seed(self.seed, 0)}))
+      self.bias = self.add_weight(name="bias", shape=[self.filters], initializer="zeros")
+    else:
+      self.kernel = self.add_weight(
+          name="kernel", shape=[self.num_members] + member_shape,
+          initializer=independent_member_initializer(self.kernel_initializer, self.seed,
+                                                     member_shape))
+      self.bias = self.add_weight(name="bias", shape=[self.num_members, self.filters],
+                                  initializer="zeros")
     super().build(input_shape)
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
+    if self.num_members is None:
+      if inputs.shape.rank != 4:
+        raise ValueError(f"{self.name}: expected [batch, H, W, C] inputs, got {inputs.shape}")
+      outputs = tf.nn.conv2d(inputs, self.kernel, self.strides, self.padding)
+      return self.activation(outputs + self.bias)
     if inputs.shape.rank == 4:
       inputs = tf.broadcast_to(inputs[tf.newaxis],
                                tf.concat([[self.num_members], tf.shape(inputs)], 0))

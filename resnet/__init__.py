@@ -1,0 +1,1 @@
+"""ResNet-20 on CIFAR-10 (paper Table 3)."""
