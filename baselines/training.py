@@ -27,6 +27,40 @@ from auxiliary_sampling.progress import ProgressLog
 _TRACE_FILENAME = "trace.npz"
 
 
+@dataclasses.dataclass(frozen=True)
+class LearningRateSchedule:
+  """A piecewise-constant Adam learning rate: `base`, times `factors[i]` from step `boundaries[i]`.
+
+  Steps count from 0; the rate of step s is that of the last boundary <= s.
+  ResNet-20's epoch schedule (x0.1 after epoch 80, ...) is one, in steps.
+  """
+
+  base: float
+  boundaries: tuple[int, ...] = ()
+  factors: tuple[float, ...] = ()
+
+  def __post_init__(self):
+    if not self.base > 0 or any(not f > 0 for f in self.factors):
+      raise ValueError(f"learning rate {self.base!r} and factors {self.factors} must be > 0")
+    if len(self.boundaries) != len(self.factors):
+      raise ValueError(f"{len(self.boundaries)} boundaries but {len(self.factors)} factors")
+    if any(b <= a for a, b in zip((0,) + self.boundaries, self.boundaries)):
+      raise ValueError(f"boundaries {self.boundaries} must be increasing steps > 0")
+
+  def rate(self, step: int) -> float:
+    """The learning rate of step `step`."""
+    factor = 1.0
+    for boundary, boundary_factor in zip(self.boundaries, self.factors):
+      if step >= boundary:
+        factor = boundary_factor
+    return self.base * factor
+
+  def steps_at_this_rate(self, step: int) -> Optional[int]:
+    """How many steps from `step` keep its rate (None: all the rest)."""
+    later = [boundary for boundary in self.boundaries if boundary > step]
+    return later[0] - step if later else None
+
+
 @dataclasses.dataclass
 class TrainingResult:
   trace: np.ndarray  # [num_steps, M?] minibatch ELBO (or objective) estimates, whole-dataset scale
@@ -38,17 +72,20 @@ class TrainingResult:
 class CheckpointedTraining:
   """Trains with `maximizer` up to a step count, checkpointing and logging as it goes."""
 
-  def __init__(self, maximizer: ElboMaximizer, learning_rate: float, *,
+  def __init__(self, maximizer: ElboMaximizer, learning_rate: float | LearningRateSchedule, *,
                steps_per_checkpoint: int = 5000, summary_every: int = 100, name: str = "training"):
-    if not learning_rate > 0:
-      raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
+    """`learning_rate`: a constant, or a schedule over the steps (chunks end at its boundaries)."""
+    if not isinstance(learning_rate, LearningRateSchedule):
+      if not learning_rate > 0:
+        raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
+      learning_rate = LearningRateSchedule(float(learning_rate))
     if steps_per_checkpoint < 1 or summary_every < 1:
       raise ValueError(
           f"steps_per_checkpoint={steps_per_checkpoint} and summary_every={summary_every} "
           "must be >= 1")
     self.maximizer = maximizer
     self.name = name
-    self.learning_rate = float(learning_rate)
+    self.learning_rate = learning_rate
     self.steps_per_checkpoint = int(steps_per_checkpoint)
     self.summary_every = int(summary_every)
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -104,9 +141,11 @@ class CheckpointedTraining:
     progress = ProgressLog(self.name, num_steps, resumed_from_step)
     while int(self.step.numpy()) < num_steps:
       first_step = int(self.step.numpy())
-      chunk = min(self.steps_per_checkpoint, num_steps - first_step)
+      chunk = min(self.steps_per_checkpoint, num_steps - first_step,
+                  self.learning_rate.steps_at_this_rate(first_step) or num_steps)
       started = time.perf_counter()
-      trace, kl_trace = self.maximizer.maximize(chunk, self.learning_rate, return_kl=True)
+      trace, kl_trace = self.maximizer.maximize(chunk, self.learning_rate.rate(first_step),
+                                                return_kl=True)
       self.train_seconds.assign_add(time.perf_counter() - started)
       self.step.assign_add(chunk)
       self.traces.append(trace)

@@ -11,7 +11,7 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
 from baselines import deep_ensemble, mnf
-from baselines.training import CheckpointedTraining
+from baselines.training import CheckpointedTraining, LearningRateSchedule
 from baselines.vi import MeanFieldTrainer
 from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood
 
@@ -53,6 +53,30 @@ def test_interrupted_training_resumes_to_the_same_state(tmp_path):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
   with pytest.raises(ValueError, match="at step 120, beyond the requested 100 steps"):
     _trainer().train(100, checkpoint_dir=str(tmp_path / "b"))
+
+
+def test_a_learning_rate_schedule_steps_down_at_its_boundaries_and_survives_a_resume(tmp_path):
+  """Catches: a rate read once per chunk that straddles a boundary, a resume that restarts the
+  schedule (the rate must follow the step count, not the process)."""
+  schedule = LearningRateSchedule(1e-2, boundaries=(30, 50), factors=(0.1, 0.01))
+  assert [schedule.rate(s) for s in (0, 29, 30, 49, 50, 99)] == pytest.approx(
+      [1e-2, 1e-2, 1e-3, 1e-3, 1e-4, 1e-4])
+  assert [schedule.steps_at_this_rate(s) for s in (0, 35, 50)] == [30, 15, None]
+  by_hand = _trainer()
+  for steps, rate in ((30, 1e-2), (20, 1e-3), (20, 1e-4)):
+    by_hand.maximizer.maximize(steps, rate)
+  scheduled = _trainer()
+  scheduled.learning_rate = schedule
+  scheduled.train(45, checkpoint_dir=str(tmp_path))   # stops mid-schedule
+  resumed = _trainer()
+  resumed.learning_rate = schedule
+  resumed.train(70, checkpoint_dir=str(tmp_path))
+  for a, b in zip(by_hand.maximizer.model.variables, resumed.maximizer.model.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
+  for bad in (dict(boundaries=(5, 5), factors=(1.0, 1.0)), dict(boundaries=(5,), factors=()),
+              dict(boundaries=(0,), factors=(0.1,))):
+    with pytest.raises(ValueError):
+      LearningRateSchedule(1e-3, **bad)
 
 
 def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
