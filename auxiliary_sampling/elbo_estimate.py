@@ -17,7 +17,9 @@ def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikeli
   The expected log-likelihood of every example is estimated with `num_samples`
   independent posterior draws (per_example weight noise: local
   reparameterisation draws per example), in one compiled loop over samples
-  and batches.
+  and batches. The model runs in inference mode (`training=False`): batch
+  norm normalises with its moving statistics and leaves them as they are, so
+  an estimate neither depends on the batching nor changes the model.
   """
   num_samples = check_integer("num_samples", num_samples)
   inputs, labels = check_data(inputs, labels)
@@ -39,7 +41,7 @@ def _summed_log_likelihood(model: tf.Module, inputs: tf.Tensor, labels: tf.Tenso
     start = (index % num_batches) * batch_size
     batch_labels = labels[start:start + batch_size]
     with weight_noise_scope("per_example"):
-      outputs = model(inputs[start:start + batch_size], training=True)
+      outputs = model(inputs[start:start + batch_size], training=False)
     log_likelihood = log_likelihood_fn(batch_labels, outputs)
     total += tf.reduce_sum(tf.cast(log_likelihood, tf.float64), axis=-1)
   return total

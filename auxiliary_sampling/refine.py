@@ -26,7 +26,8 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import MeanFieldLayer
-from auxiliary_sampling.model_parameters import layers_of, mean_field_parameters, num_members_of
+from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
+                                                  num_members_of)
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.progress import ProgressLog
@@ -77,19 +78,34 @@ def load_trained_state(trained_model: tf.Module, members: tf.Module) -> None:
           "in the model to refine")
     for source_variable, target_variable in zip(source.state_variables, target.state_variables):
       _copy_broadcast(source_variable, target_variable, f"{source.name}/{source_variable.name}")
-  source_others = _other_trainable_variables(trained_model, source_parameters)
-  target_others = _other_trainable_variables(members, target_parameters)
-  if len(source_others) != len(target_others):
-    raise ValueError(
-        f"the trained model has {len(source_others)} other trainable variables, the model "
-        f"to refine has {len(target_others)}")
-  for source_variable, target_variable in zip(source_others, target_others):
-    _copy_broadcast(source_variable, target_variable, source_variable.name)
+  for kind, source_others, target_others in (
+      ("trainable", _other_trainable_variables(trained_model, source_parameters),
+       _other_trainable_variables(members, target_parameters)),
+      ("non-trainable floating-point", _other_float_state(trained_model, source_parameters),
+       _other_float_state(members, target_parameters))):
+    if len(source_others) != len(target_others):
+      raise ValueError(
+          f"the trained model has {len(source_others)} other {kind} variables, the model "
+          f"to refine has {len(target_others)}")
+    for source_variable, target_variable in zip(source_others, target_others):
+      _copy_broadcast(source_variable, target_variable, source_variable.name)
 
 
 def _other_trainable_variables(model, parameters: list[GaussianMeanField]) -> list[tf.Variable]:
+  """Trainable variables outside the mean-field parameters: deterministic weights, batch norm."""
   owned = {id(v) for p in parameters for v in p.state_variables}
   return [v for v in model.trainable_variables if id(v) not in owned]
+
+
+def _other_float_state(model, parameters: list[GaussianMeanField]) -> list[tf.Variable]:
+  """Non-trainable floating-point state outside the mean-field parameters (batch-norm moving
+  statistics); the integer noise seeds and counters are seeded afresh instead."""
+  owned = {id(v) for p in parameters for v in p.state_variables}
+  non_trainable = getattr(model, "non_trainable_variables", None)
+  if non_trainable is None:
+    trainable = {id(v) for v in model.trainable_variables}
+    non_trainable = [v for v in model.variables if id(v) not in trainable]
+  return [v for v in non_trainable if id(v) not in owned and v.dtype.is_floating]
 
 
 def seed_member_streams(model: tf.Module, seed: int, total_members: int,
@@ -126,7 +142,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
            total_members: Optional[int] = None, elbo_batch_size: int = 1024,
            elbo_num_samples: int = 1, weight_noise: str = "per_example",
-           stage_elbo_aux: bool = False) -> RefinementResult:
+           stage_elbo_aux: bool = False, refit_deterministic: bool = False,
+           penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -154,6 +171,13 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       Figure 4's staircase without minibatch noise). Costs K - 1 more ELBO
       estimates, timed apart from `refine_seconds`; the refined samples are
       the same as without it.
+    refit_deterministic: also optimise each member's own copy of the model's
+      other trainable variables (deterministic layers, batch norm), as the
+      authors' Keras refit of a partly Bayesian ResNet did; by default only
+      the mean-field posteriors move.
+    penalty_fn: members -> [M] extra penalty subtracted from the objective
+      in the optimisation, at the whole-dataset scale (e.g. N times an L2
+      on deterministic kernels); not part of the reported ELBOs.
   """
   num_samples = check_integer("num_samples", num_samples)
   check_weight_noise(weight_noise)
@@ -200,10 +224,16 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
 
   initial_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
                                elbo_num_samples)
+  variables = [v for p in parameters for v in p.posterior_variables]
+  if refit_deterministic:
+    variables += _other_trainable_variables(members, parameters)
+  kl_fn = None
+  if penalty_fn is not None:
+    def kl_fn():
+      return model_kl(members) + penalty_fn(members)
   maximizer = ElboMaximizer(
-      members, inputs, labels, log_likelihood_fn,
-      variables=[v for p in parameters for v in p.posterior_variables],
-      batch_size=batch_size, data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise)
+      members, inputs, labels, log_likelihood_fn, variables=variables, batch_size=batch_size,
+      data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise, kl_fn=kl_fn)
   cumulative_log_ratio = np.zeros([num_samples], np.float64)
   log_ratios, traces, stage_values = [], [], []
   stage_seconds = 0.0

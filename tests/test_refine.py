@@ -302,3 +302,72 @@ def test_schedule_float32_cannot_hold_is_one_clear_value_error():
     refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2, steps_per_auxiliary=1,
            schedule=AuxiliarySchedule.geometric(1 - 1e-9, 1))
   assert "\n" not in str(error.value)
+
+
+def _partly_bayesian(num_members=None):
+  """A deterministic conv with batch norm, then a Bayesian dense head (ResNet-20 hybrid in small)."""
+  from auxiliary_sampling.layers import FlattenImage, LayerChain
+  from baselines.batch_norm import MemberBatchNormalization
+  from baselines.deep_ensemble import MemberConv2D
+  return LayerChain([MemberConv2D(3, 3, num_members, seed=1),
+                     MemberBatchNormalization(num_members), FlattenImage(),
+                     DenseReparameterization(4, num_members=num_members)])
+
+
+@pytest.mark.parametrize("refit", [False, True])
+def test_refinement_of_a_partly_bayesian_network_refits_deterministic_layers_only_on_request(refit):
+  """The trained model's deterministic weights and batch-norm statistics reach every member.
+
+  With `refit_deterministic` each member refits its own copy (the authors' Keras refit);
+  without, they stay the trained ones. Catches: moving statistics left at their initial
+  values in the members (a refined model that predicts with unnormalised activations).
+  """
+  from baselines.batch_norm import MemberBatchNormalization
+  from auxiliary_sampling.predictive import categorical_log_likelihood
+  images = tf.random.stateless_normal([64, 6, 6, 2], seed=[7, 8]) * 2.0 + 1.0
+  labels = tf.range(64) % 4
+  trained = _partly_bayesian()
+  trained(images, training=True)       # batch statistics move the moving averages
+  train_mean_field(trained, images, labels, categorical_log_likelihood, num_steps=20,
+                   batch_size=16)
+  def refined(steps):
+    return refine(_partly_bayesian, trained, images, labels, categorical_log_likelihood,
+                  num_samples=3, schedule=AuxiliarySchedule.geometric(0.7, 2),
+                  steps_per_auxiliary=steps, batch_size=16, refit_deterministic=refit)
+
+  # Loaded state, before any optimisation (which moves the statistics on).
+  loaded = refined(0).model.chain[1]
+  assert isinstance(loaded, MemberBatchNormalization)
+  for member in range(3):
+    np.testing.assert_allclose(loaded.moving_mean[member], trained.chain[1].moving_mean)
+    np.testing.assert_allclose(loaded.moving_variance[member], trained.chain[1].moving_variance)
+  result = refined(5)
+  kernel, trained_kernel = result.model.chain[0].kernel, trained.chain[0].kernel
+  moved = [not np.allclose(kernel[m], trained_kernel) for m in range(3)]
+  assert moved == [refit] * 3
+  if refit:
+    assert not np.allclose(kernel[0], kernel[1])   # each member refits its own copy
+  assert np.all(np.isfinite(result.elbo_aux))
+
+
+def test_a_refinement_penalty_enters_the_optimisation_not_the_reported_elbo():
+  """penalty_fn (the authors' L2 on deterministic kernels) pulls refitted kernels towards 0."""
+  from auxiliary_sampling.predictive import categorical_log_likelihood
+  images = tf.random.stateless_normal([64, 6, 6, 2], seed=[7, 8])
+  labels = tf.range(64) % 4
+  trained = _partly_bayesian()
+  trained(images)
+
+  def kernel_norms(penalty_fn):
+    result = refine(_partly_bayesian, trained, images, labels, categorical_log_likelihood,
+                    num_samples=2, schedule=AuxiliarySchedule.geometric(0.7, 1),
+                    steps_per_auxiliary=20, batch_size=16, refit_deterministic=True,
+                    penalty_fn=penalty_fn)
+    kernel = result.model.chain[0].kernel
+    return tf.reduce_sum(tf.square(kernel), axis=[1, 2, 3, 4]).numpy(), result
+
+  free, _ = kernel_norms(None)
+  penalised, result = kernel_norms(
+      lambda members: 1e3 * tf.reduce_sum(tf.square(members.chain[0].kernel), axis=[1, 2, 3, 4]))
+  assert np.all(penalised < free)
+  assert np.all(np.isfinite(result.elbo_aux)) and np.all(result.elbo_aux < 0)
