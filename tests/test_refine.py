@@ -305,7 +305,7 @@ def test_schedule_float32_cannot_hold_is_one_clear_value_error():
 
 
 def _partly_bayesian(num_members=None):
-  """A deterministic conv with batch norm, then a Bayesian dense head (ResNet-20 hybrid in small)."""
+  """A deterministic conv with batch norm, then a Bayesian dense head: ResNet-20 hybrid in small."""
   from auxiliary_sampling.layers import FlattenImage, LayerChain
   from baselines.batch_norm import MemberBatchNormalization
   from baselines.deep_ensemble import MemberConv2D
