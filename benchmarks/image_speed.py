@@ -109,7 +109,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     maximizer = ElboMaximizer(model, x, y, categorical_log_likelihood, variables, batch, **kwargs)
     if name == "vi_xla":
       # the same loop compiled by XLA instead of run op by op with oneDNN kernels
-      maximizer.run = tf.function(maximizer._run, jit_compile=True)
+      maximizer.run = tf.function(maximizer.run.python_function, jit_compile=True)
 
     def timed(num_steps):
       maximizer.maximize(num_steps, 1e-3)
