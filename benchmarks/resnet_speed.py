@@ -1,0 +1,156 @@
+"""ResNet-20 step times and FLOPs per variant at batch 256, for planning Table 3 runs.
+
+  python -m benchmarks.resnet_speed --output_dir=results/benchmarks/resnet_speed \\
+      [--image_shape=32,32,3] [--steps=5] [--rounds=3]
+
+Each measurement runs in its own process (its peak memory is its own): a
+warm-up that traces the compiled loop, then `--steps` timed Adam steps on
+random images of `--image_shape` (speed does not depend on the pixels):
+  vi_<mode>[_bn]     mean-field VI of the hybrid or full model, with or
+                     without batch norm (the paper's four Table 3 variants);
+  refine_hybrid_bn   one refinement step of M = 10 hybrid members together,
+                     deterministic layers refitted (the authors' choice);
+  ensemble_bn        one step of 10 deterministic ResNet-20 members, each on
+                     its own batch.
+FLOPs are TensorFlow's profiler count of one compiled forward and backward
+pass (multiply-adds count 2), so a GPU time can be estimated from a device's
+sustained FLOP rate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import flags
+
+from common import cli
+from common.results import atomic_output, git_commit, machine_description, write_json_atomically
+
+MEASUREMENTS = ("vi_hybrid", "vi_hybrid_bn", "vi_full", "vi_full_bn", "refine_hybrid_bn",
+                "ensemble_bn")
+MEMBERS, BATCH = 10, 256
+
+
+def _model_and_variables(name: str, images):
+  from auxiliary_sampling.model_parameters import mean_field_parameters
+  from resnet.networks import ResNet20
+  batchnorm = name.endswith("_bn")
+  if name.startswith("vi_"):
+    model = ResNet20(name.split("_")[1], batchnorm)
+  elif name == "refine_hybrid_bn":
+    model = ResNet20("hybrid", True, num_members=MEMBERS)
+  else:
+    model = ResNet20("none", True, num_members=MEMBERS)
+  model(images[:1])
+  if name != "refine_hybrid_bn":
+    return model, model.trainable_variables
+  # Refinement: the posteriors, and each member's deterministic layers (not the prior scales).
+  parameters = mean_field_parameters(model)
+  owned = {id(v) for p in parameters for v in p.state_variables}
+  return model, ([v for p in parameters for v in p.posterior_variables] +
+                 [v for v in model.trainable_variables if id(v) not in owned])
+
+
+def _forward_backward_flops(model, variables, images, labels) -> float:
+  import tensorflow as tf
+
+  from auxiliary_sampling.predictive import categorical_log_likelihood
+
+  @tf.function
+  def step(batch_images, batch_labels):
+    with tf.GradientTape() as tape:
+      loss = -tf.reduce_sum(categorical_log_likelihood(batch_labels,
+                                                       model(batch_images, training=True)))
+    return tape.gradient(loss, variables)
+
+  graph = step.get_concrete_function(images, labels).graph
+  options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+  options["output"] = "none"
+  profile = tf.compat.v1.profiler.profile(graph, options=options)
+  return float(profile.total_float_ops)
+
+
+def measure(name: str, image_shape: tuple[int, ...], steps: int) -> dict:
+  """Seconds per step of `name` after a traced warm-up, FLOPs per step and peak memory."""
+  import numpy as np
+  import tensorflow as tf
+
+  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.predictive import categorical_log_likelihood
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(2 * BATCH,) + image_shape).astype(np.float32)
+  labels = rng.integers(0, 10, size=2 * BATCH).astype(np.int32)
+  model, variables = _model_and_variables(name, images)
+  kwargs = {}
+  if name == "ensemble_bn":
+    zero = tf.zeros([MEMBERS])
+    kwargs = dict(kl_fn=lambda: zero, member_batches=MEMBERS)
+  flops = _forward_backward_flops(
+      model, variables,
+      tf.constant(images[:BATCH] if name != "ensemble_bn" else
+                  np.broadcast_to(images[:BATCH], (MEMBERS, BATCH) + image_shape)),
+      tf.constant(labels[:BATCH]))
+  maximizer = ElboMaximizer(model, images, labels, categorical_log_likelihood, variables, BATCH,
+                            **kwargs)
+  maximizer.maximize(2, 1e-3)
+  started = time.perf_counter()
+  maximizer.maximize(steps, 1e-3)
+  return {"seconds_per_step": (time.perf_counter() - started) / steps, "flops_per_step": flops,
+          "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main(argv):
+  del argv
+  options = flags.FLAGS
+  if options.only:
+    cli.require(options.only in MEASUREMENTS,
+                f"--only={options.only!r} is not allowed; allowed: {', '.join(MEASUREMENTS)}")
+    print(json.dumps(measure(options.only, tuple(int(d) for d in options.image_shape),
+                             options.steps)))
+    return
+  cli.require(bool(options.output_dir), "--output_dir is required")
+  cli.require(options.steps >= 1 and options.rounds >= 1,
+              f"--steps={options.steps} and --rounds={options.rounds} must be >= 1")
+  results = {}
+  for name in MEASUREMENTS:
+    rounds = []
+    for _ in range(options.rounds):
+      completed = subprocess.run(
+          [sys.executable, "-m", "benchmarks.resnet_speed", f"--only={name}",
+           f"--steps={options.steps}", f"--image_shape={','.join(options.image_shape)}"],
+          capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+      if completed.returncode != 0:
+        raise RuntimeError(f"{name}: {completed.stderr.strip().splitlines()[-1]}")
+      rounds.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+    results[name] = dict(rounds[0], seconds_per_step=statistics.median(
+        r["seconds_per_step"] for r in rounds), rounds=[r["seconds_per_step"] for r in rounds])
+  command = " ".join(["python -m benchmarks.resnet_speed"] + sys.argv[1:])
+  results.update(command=command, git_commit=git_commit(), machine=machine_description())
+  write_json_atomically(os.path.join(options.output_dir, "speed.json"), results)
+  lines = [f"# ResNet-20 step times, batch {BATCH}, images {','.join(options.image_shape)}", "",
+           f"Command: `{command}`", "",
+           "| measurement | s per step (median) | GFLOPs per step | peak memory (MB) |",
+           "|---|---|---|---|"]
+  for name in MEASUREMENTS:
+    row = results[name]
+    lines.append(f"| {name} | {row['seconds_per_step']:.2f} | {row['flops_per_step'] / 1e9:.1f} | "
+                 f"{row['peak_memory_mb']:.0f} |")
+  text = "\n".join(lines) + "\n"
+  with atomic_output(os.path.join(options.output_dir, "speed.md")) as temporary, \
+      open(temporary, "w") as handle:
+    handle.write(text)
+  print(text)
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")
+  flags.DEFINE_string("only", None, "Measure one variant in this process and print JSON.")
+  flags.DEFINE_list("image_shape", ["32", "32", "3"], "Height, width, channels.")
+  flags.DEFINE_integer("steps", 5, "Timed steps per measurement.")
+  flags.DEFINE_integer("rounds", 3, "Processes per measurement; the median is reported.")
+  cli.run(main)
