@@ -4,7 +4,8 @@ Refinement and deep ensembles stack M networks on a leading member axis; a
 batch-norm layer shared by the stack would mix the members' activations in
 its batch statistics. `MemberBatchNormalization` keeps a scale, an offset and
 moving statistics per member and normalises [M, B, H, W, C] over (B, H, W)
-member by member, exactly as M separate layers would.
+member by member, exactly as M separate layers would. Under a
+`tf.distribute` strategy the batch statistics are those of the global batch.
 """
 from __future__ import annotations
 
@@ -56,6 +57,24 @@ class MemberBatchNormalization(tf_keras.layers.Layer):
                                          tf.ones([rank - leading - 1], tf.int32),
                                          tf.shape(values)[-1:]], 0))
 
+  @staticmethod
+  def _batch_moments(inputs: tf.Tensor, axes: list[int]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Mean, (biased) variance and count over `axes` of the global batch.
+
+    Under data parallelism the replicas' sums are all-reduced (synchronised
+    batch norm), so R replicas normalise exactly as one device does.
+    """
+    count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), tf.float32)
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+      mean, variance = tf.nn.moments(inputs, axes)
+      return mean, variance, count
+    total, squares, count = context.all_reduce(
+        tf.distribute.ReduceOp.SUM,
+        [tf.reduce_sum(inputs, axes), tf.reduce_sum(tf.square(inputs), axes), count])
+    mean = total / count
+    return mean, tf.maximum(squares / count - tf.square(mean), 0.0), count
+
   def call(self, inputs, training=None):
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     rank = inputs.shape.rank
@@ -64,9 +83,8 @@ class MemberBatchNormalization(tf_keras.layers.Layer):
                        f"of shape {inputs.shape}")
     if training:
       axes = list(range(0 if self.num_members is None else 1, rank - 1))
-      mean, variance = tf.nn.moments(tf.cast(inputs, tf.float32), axes)
+      mean, variance, count = self._batch_moments(tf.cast(inputs, tf.float32), axes)
       # The moving variance is the unbiased estimate, as in Keras's (fused) batch norm.
-      count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(inputs), axes)), tf.float32)
       unbiased = variance * count / tf.maximum(count - 1.0, 1.0)
       for moving, batch_value in ((self.moving_mean, mean), (self.moving_variance, unbiased)):
         moving.assign(self.momentum * moving + (1.0 - self.momentum) * batch_value)
