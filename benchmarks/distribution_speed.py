@@ -29,7 +29,8 @@ import tempfile
 from absl import flags
 
 from common import cli
-from common.results import atomic_output, git_commit, machine_description, write_json_atomically
+from common.results import (git_commit, machine_description, write_json_atomically,
+                            write_text_atomically)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -145,9 +146,7 @@ def main(argv):
                  machine=machine_description())
   write_json_atomically(os.path.join(options.output_dir, "speed.json"), results)
   text = _markdown(results, command, options.baseline_ref)
-  with atomic_output(os.path.join(options.output_dir, "speed.md")) as temporary, \
-      open(temporary, "w") as handle:
-    handle.write(text)
+  write_text_atomically(os.path.join(options.output_dir, "speed.md"), text)
   print(text)
 
 

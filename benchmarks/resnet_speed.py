@@ -29,7 +29,8 @@ import time
 from absl import flags
 
 from common import cli
-from common.results import atomic_output, git_commit, machine_description, write_json_atomically
+from common.results import (git_commit, machine_description, write_json_atomically,
+                            write_text_atomically)
 
 MEASUREMENTS = ("vi_hybrid", "vi_hybrid_bn", "vi_full", "vi_full_bn", "refine_hybrid_bn",
                 "ensemble_bn")
@@ -141,9 +142,7 @@ def main(argv):
     lines.append(f"| {name} | {row['seconds_per_step']:.2f} | {row['flops_per_step'] / 1e9:.1f} | "
                  f"{row['peak_memory_mb']:.0f} |")
   text = "\n".join(lines) + "\n"
-  with atomic_output(os.path.join(options.output_dir, "speed.md")) as temporary, \
-      open(temporary, "w") as handle:
-    handle.write(text)
+  write_text_atomically(os.path.join(options.output_dir, "speed.md"), text)
   print(text)
 
 

@@ -153,6 +153,11 @@ def write_results(output_dir: str, *, benchmark: str, method: str, metrics: Mapp
   return path
 
 
+def write_text_atomically(path: str, text: str) -> None:
+  with atomic_output(path) as temporary, open(temporary, "w") as stream:
+    stream.write(text)
+
+
 def save_figure(figure, path: str) -> None:
   """Saves a matplotlib figure as PNG, atomically."""
   with atomic_output(path) as temporary:
