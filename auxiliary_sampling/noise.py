@@ -46,7 +46,8 @@ class MemberNoise(tf.Module):
   """
 
   def __init__(self, num_members: Optional[int], total_members: Optional[int] = None,
-               member_offset: int = 0, add_weight: Optional[AddWeight] = None, name: str = "noise"):
+               member_offset: int = 0, add_weight: Optional[AddWeight] = None, name: str = "noise",
+               initial_seed: Optional[int] = None):
     super().__init__(name=name)
     add_weight = add_weight or _default_add_weight
     self.num_members = num_members
@@ -57,7 +58,8 @@ class MemberNoise(tf.Module):
       raise ValueError(
           f"member window [{self.member_offset}, {self.member_offset + window}) does not "
           f"fit in {self.total_members} members")
-    initial_seed = np.int64(np.random.randint(0, 2**31 - 1))
+    initial_seed = np.int64(np.random.randint(0, 2**31 - 1) if initial_seed is None
+                            else initial_seed)
     self.seed = add_weight(
         name=f"{name}_seed", shape=[], dtype=tf.int64,
         initializer=lambda shape, dtype=None, **_: tf.constant(initial_seed, tf.int64),

@@ -91,21 +91,36 @@ def load_trained_state(trained_model: tf.Module, members: tf.Module) -> None:
       _copy_broadcast(source_variable, target_variable, source_variable.name)
 
 
+def _owned_by(parameters: list[GaussianMeanField]) -> set[int]:
+  return {id(v) for p in parameters for v in p.state_variables}
+
+
 def _other_trainable_variables(model, parameters: list[GaussianMeanField]) -> list[tf.Variable]:
   """Trainable variables outside the mean-field parameters: deterministic weights, batch norm."""
-  owned = {id(v) for p in parameters for v in p.state_variables}
+  owned = _owned_by(parameters)
   return [v for v in model.trainable_variables if id(v) not in owned]
 
 
 def _other_float_state(model, parameters: list[GaussianMeanField]) -> list[tf.Variable]:
   """Non-trainable floating-point state outside the mean-field parameters (batch-norm moving
   statistics); the integer noise seeds and counters are seeded afresh instead."""
-  owned = {id(v) for p in parameters for v in p.state_variables}
+  owned = _owned_by(parameters)
   non_trainable = getattr(model, "non_trainable_variables", None)
   if non_trainable is None:
     trainable = {id(v) for v in model.trainable_variables}
     non_trainable = [v for v in model.variables if id(v) not in trainable]
   return [v for v in non_trainable if id(v) not in owned and v.dtype.is_floating]
+
+
+def refinement_variables(members: tf.Module,
+                         refit_deterministic: bool = False) -> list[tf.Variable]:
+  """What refinement optimises: every mean-field posterior (the prior scales stay frozen), and
+  with `refit_deterministic` the members' other trainable variables too."""
+  parameters = mean_field_parameters(members)
+  variables = [v for p in parameters for v in p.posterior_variables]
+  if refit_deterministic:
+    variables += _other_trainable_variables(members, parameters)
+  return variables
 
 
 def seed_member_streams(model: tf.Module, seed: int, total_members: int,
@@ -224,9 +239,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
 
   initial_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
                                elbo_num_samples)
-  variables = [v for p in parameters for v in p.posterior_variables]
-  if refit_deterministic:
-    variables += _other_trainable_variables(members, parameters)
+  variables = refinement_variables(members, refit_deterministic)
   kl_fn = None
   if penalty_fn is not None:
     def kl_fn():

@@ -26,18 +26,20 @@ from baselines.training import CheckpointedTraining, TrainingResult
 VARIANCE_FLOOR = 1e-6
 
 
+def member_initializer(initializer, seed: int, member: int):
+  """`initializer` seeded for member `member` of a run seeded `seed`."""
+  return type(initializer).from_config({**initializer.get_config(),
+                                        "seed": derived_seed(seed, member)})
+
+
 def independent_member_initializer(initializer, seed: int, member_shape: list[int]):
   """An initializer of [M, *member_shape].
 
   It draws each member as a separate layer would, from its own seed.
   """
-  config = initializer.get_config()
-
   def initialize(shape, dtype=None):
-    member_initializers = [type(initializer).from_config({**config, "seed": derived_seed(seed, m)})
-                           for m in range(shape[0])]
-    return tf.stack(
-        [member_initializer(member_shape, dtype) for member_initializer in member_initializers])
+    member_initializers = [member_initializer(initializer, seed, m) for m in range(shape[0])]
+    return tf.stack([draw(member_shape, dtype) for draw in member_initializers])
   return initialize
 
 
@@ -102,8 +104,7 @@ class MemberConv2D(tf_keras.layers.Layer):
     if self.num_members is None:
       self.kernel = self.add_weight(
           name="kernel", shape=member_shape,
-          initializer=type(self.kernel_initializer).from_config(
-              {**self.kernel_initializer.get_config(), "seed": derived_seed(self.seed, 0)}))
+          initializer=member_initializer(self.kernel_initializer, self.seed, 0))
       self.bias = self.add_weight(name="bias", shape=[self.filters], initializer="zeros")
     else:
       self.kernel = self.add_weight(

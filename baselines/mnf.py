@@ -31,11 +31,11 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
-from auxiliary_sampling.batch_shards import global_rows, local_rows
 from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.model_parameters import layers_of
+from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
@@ -196,12 +196,9 @@ class _MNFLayer(tf_keras.layers.Layer):
                                      name="flow_q")
     self.flow_r = MaskedCouplingFlow(z_dimension, self.num_flows_r, self.hidden_units_r, rng,
                                      name="flow_r")
-    self.noise_seed = self.add_weight(name="noise_seed", shape=[], dtype=tf.int64, trainable=False,
-                                      initializer=tf_keras.initializers.Constant(self.seed))
-    # One count per draw whatever the replicas (see auxiliary_sampling.batch_shards).
-    self.noise_counter = self.add_weight(
-        name="noise_counter", shape=[], dtype=tf.int64, trainable=False, initializer="zeros",
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    # Counter-based draws, checkpointed with the layer; per-example rows split over replicas.
+    self.noise = MemberNoise(None, add_weight=self.add_weight, name="noise",
+                             initial_seed=self.seed)
 
   @property
   def kernel_scale(self) -> tf.Tensor:
@@ -216,17 +213,8 @@ class _MNFLayer(tf_keras.layers.Layer):
     return tf.nn.softplus(self.untransformed_z_scale)
 
   def normal(self, shape, per_example: bool = False) -> tf.Tensor:
-    """Counter-based N(0, 1) draws: reproducible and checkpointed with the layer.
-
-    `per_example`: `shape` starts with the batch axis; drawn for the global
-    batch and cut to this replica's rows (auxiliary_sampling.batch_shards).
-    """
-    shape = tf.cast(shape, tf.int32)
-    seed = tf.stack([self.noise_seed, self.noise_counter.assign_add(1)])
-    if not per_example:
-      return tf.random.stateless_normal(shape, seed, dtype=self.dtype)
-    draws = tf.random.stateless_normal(global_rows(shape), seed, dtype=self.dtype)
-    return local_rows(draws, batch_axis=0, local_shape=shape)
+    """N(0, 1) draws from the layer's stream (`per_example`: `shape` starts with the batch)."""
+    return self.noise.normal(shape, self.dtype, per_example=per_example)
 
   def sample_z(self, sample_shape) -> tuple[tf.Tensor, tf.Tensor]:
     """z_T ~ q(z) with log q(z_T), for [*sample_shape, z_dimension] draws (per example if any)."""

@@ -38,7 +38,7 @@ MEMBERS, BATCH = 10, 256
 
 
 def _model_and_variables(name: str, images):
-  from auxiliary_sampling.model_parameters import mean_field_parameters
+  from auxiliary_sampling.refine import refinement_variables
   from resnet.networks import ResNet20
   batchnorm = name.endswith("_bn")
   if name.startswith("vi_"):
@@ -50,11 +50,8 @@ def _model_and_variables(name: str, images):
   model(images[:1])
   if name != "refine_hybrid_bn":
     return model, model.trainable_variables
-  # Refinement: the posteriors, and each member's deterministic layers (not the prior scales).
-  parameters = mean_field_parameters(model)
-  owned = {id(v) for p in parameters for v in p.state_variables}
-  return model, ([v for p in parameters for v in p.posterior_variables] +
-                 [v for v in model.trainable_variables if id(v) not in owned])
+  # Refinement: the posteriors, and each member's deterministic layers (the authors' choice).
+  return model, refinement_variables(model, refit_deterministic=True)
 
 
 def _forward_backward_flops(model, variables, images, labels) -> float:

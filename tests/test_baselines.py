@@ -159,11 +159,11 @@ def test_bound_pieces_against_direct_computation():
   kl_direct = (tf.reduce_sum(tfd.kl_divergence(kernel, prior))
                + tf.reduce_sum(tfd.kl_divergence(bias, prior)))
   np.testing.assert_allclose(layer.weight_kl(z), kl_direct, rtol=1e-5)
-  counter = layer.noise_counter.numpy()
+  counter = layer.noise.counter.numpy()
   log_r = layer.log_reverse(z)
   noise = tf.random.stateless_normal([4],
                                      tf.stack(
-                                         [layer.noise_seed,
+                                         [layer.noise.seed,
                                           tf.constant(counter + 1, tf.int64)]))
   weights_mean = tf.linalg.matvec(tf.transpose(z[:, None] * layer.kernel_loc),
                                   layer.reverse_projection)
@@ -209,11 +209,11 @@ def test_conv_mnf_multiplies_output_channels():
   assert outputs.shape == (2, 6, 6, 3)
   layer.untransformed_kernel_scale.assign(tf.fill(layer.kernel_loc.shape, -30.0))
   layer.untransformed_bias_scale.assign(tf.fill([3], -30.0))
-  counter = layer.noise_counter.numpy()
+  counter = layer.noise.counter.numpy()
   outputs = layer(images)
   z_noise = tf.random.stateless_normal([2, 3],
                                        tf.stack(
-                                           [layer.noise_seed,
+                                           [layer.noise.seed,
                                             tf.constant(counter + 1, tf.int64)]))
   z, _ = layer.flow_q.forward(layer.z_loc + layer.z_scale * z_noise)
   expected = tf.nn.conv2d(images, layer.kernel_loc, 1, "SAME") * z[:, None,
