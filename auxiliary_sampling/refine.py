@@ -158,7 +158,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            total_members: Optional[int] = None, elbo_batch_size: int = 1024,
            elbo_num_samples: int = 1, weight_noise: str = "per_example",
            stage_elbo_aux: bool = False, refit_deterministic: bool = False,
-           penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None) -> RefinementResult:
+           penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
+           input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+           ) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -193,6 +195,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     penalty_fn: members -> [M] extra penalty subtracted from the objective
       in the optimisation, at the whole-dataset scale (e.g. N times an L2
       on deterministic kernels); not part of the reported ELBOs.
+    input_transform: augments every optimisation batch (as VI's training
+      did); the ELBO estimates use the data as given.
   """
   num_samples = check_integer("num_samples", num_samples)
   check_weight_noise(weight_noise)
@@ -246,7 +250,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       return model_kl(members) + penalty_fn(members)
   maximizer = ElboMaximizer(
       members, inputs, labels, log_likelihood_fn, variables=variables, batch_size=batch_size,
-      data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise, kl_fn=kl_fn)
+      data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise, kl_fn=kl_fn,
+      input_transform=input_transform)
   cumulative_log_ratio = np.zeros([num_samples], np.float64)
   log_ratios, traces, stage_values = [], [], []
   stage_seconds = 0.0

@@ -6,10 +6,11 @@ No TensorFlow here: the binaries check flags before it loads.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
+from baselines.learning_rate import LearningRateSchedule
 from common.config import NOTHING, RESULTS, UsageError, setting
 from common.distribution import DeviceConfig
 
@@ -25,6 +26,10 @@ VI, EXTRA_VI, MNF, ENSEMBLE = "vi", "extra_vi", "mnf", "deep_ensemble"
 class MethodConfig(DeviceConfig):
   """What `baselines.methods.train_method` needs, whatever the benchmark."""
 
+  # Whether the benchmark's mean-field networks have point-estimated weights (deterministic
+  # layers, batch norm) that refinement could refit per member (`refit_deterministic`).
+  has_deterministic_weights: ClassVar[bool] = False
+
   method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS,
                         shapes=RESULTS)
   seed: int = setting(0, "Seed of the split, the initialisation and every random stream.",
@@ -38,6 +43,9 @@ class MethodConfig(DeviceConfig):
       shapes=(VI, EXTRA_VI))
   num_samples: int = setting(10, "M: posterior samples (refined samples) in the predictive.",
                              minimum=1, shapes=RESULTS)
+  num_eval_samples: int = setting(
+      0, "vi, vi_equal_compute, mnf: posterior draws in the predictive (0: M, --num_samples; the "
+      "authors' ResNet-20 code scored VI with 1).", minimum=0, shapes=RESULTS)
   num_auxiliary: int = setting(5, "K: auxiliary variables per refined sample.", minimum=1,
                                shapes=RESULTS)
   variance_ratio: float = setting(
@@ -54,6 +62,11 @@ class MethodConfig(DeviceConfig):
       "Refinement's weight noise: per_example (local reparameterisation, Flipout) or "
       "per_batch (one weight draw per member and step: faster, noisier).", choices=WEIGHT_NOISE,
       shapes=RESULTS)
+  refit_deterministic: bool = setting(
+      False,
+      "refined_vi: also refit each member's own copy of the network's point-estimated weights "
+      "(deterministic layers, batch norm), as the authors' Keras refit did; else only the "
+      "Bayesian layers' posteriors move (paper Algorithm 1).", shapes=RESULTS)
   equal_compute_steps: int = setting(
       -1, "vi_equal_compute: extra VI steps; -1 means M * K * T, the Adam steps refinement spends.",
       minimum=-1, shapes=RESULTS)
@@ -84,6 +97,9 @@ class MethodConfig(DeviceConfig):
   def check(self) -> None:
     """Refinement's schedule must be one a float32 model can hold (before any training starts)."""
     super().check()
+    if self.refit_deterministic and not self.has_deterministic_weights:
+      raise UsageError("--refit_deterministic: this benchmark's mean-field networks have no "
+                       "point-estimated weights to refit; allowed: --refit_deterministic=false")
     if self.method != "refined_vi":
       return
     try:
@@ -97,6 +113,28 @@ class MethodConfig(DeviceConfig):
     if self.batch_size % num_replicas:
       raise UsageError(f"--batch_size={self.batch_size} does not split evenly over "
                        f"{num_replicas} replicas; allowed: a multiple of {num_replicas}")
+
+  # How long each trainer runs, given the training set's size. Here the step flags say it; a
+  # benchmark may count in epochs instead (ResNet-20), so the methods ask these three.
+  def num_steps(self, trainer: str, num_examples: int) -> int:
+    """Adam steps of `trainer` (VI, MNF or ENSEMBLE) on `num_examples` training examples."""
+    del num_examples
+    return {VI: self.vi_steps, MNF: self.mnf_steps, ENSEMBLE: self.ensemble_steps}[trainer]
+
+  def learning_rate_schedule(self, num_examples: int) -> LearningRateSchedule:
+    """The Adam learning rate over the steps of VI, MNF and each ensemble member (constant)."""
+    del num_examples
+    return LearningRateSchedule(self.learning_rate)
+
+  def checkpoint_interval(self, num_examples: int) -> int:
+    """Training steps between checkpoints."""
+    del num_examples
+    return self.steps_per_checkpoint
+
+  @property
+  def eval_samples(self) -> int:
+    """Posterior draws the vi, vi_equal_compute and mnf predictives average."""
+    return self.num_eval_samples or self.num_samples
 
   @property
   def extra_vi_steps(self) -> int:

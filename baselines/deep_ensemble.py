@@ -21,7 +21,8 @@ from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
-from baselines.training import CheckpointedTraining, TrainingResult
+from baselines.learning_rate import LearningRateSchedule
+from baselines.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
 
@@ -180,20 +181,31 @@ class AdversarialMaximizer(ElboMaximizer):
 
 
 def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
-                        *, num_members: int, num_steps: int = 5000, learning_rate: float = 1e-3,
+                        *, num_members: int, num_steps: int = 5000,
+                        learning_rate: float | LearningRateSchedule = 1e-3,
                         batch_size: int = 256, epsilon: float = 0.01, seed: int = 0,
                         checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
-                        steps_per_checkpoint: int = 5000) -> TrainingResult:
+                        steps_per_checkpoint: int = 5000,
+                        penalty: Optional[Penalty] = None,
+                        input_transform: Optional[InputTransform] = None) -> TrainingResult:
   """Trains all members of `model` together, each on its own minibatches, `num_steps` steps each.
 
-  The trace holds each member's objective N * mean[log p(y|x) + log p(y|x_adv)].
+  `learning_rate` is a constant or a `LearningRateSchedule`. The trace holds
+  each member's objective N * mean[log p(y|x) + log p(y|x_adv)], minus N times
+  `penalty(model)` ([M]: an L2 on the members' weights) if given;
+  `input_transform` augments every member's batches.
   """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
   zero_kl = tf.zeros([num_members])
+  num_examples = float(inputs.shape[0])
+
+  def kl_fn():
+    return zero_kl if penalty is None else num_examples * penalty(model)
   maximizer = AdversarialMaximizer(
       model, inputs, labels, log_likelihood_fn, model.trainable_variables, batch_size=batch_size,
-      data_seed=seed, kl_fn=lambda: zero_kl, member_batches=num_members, epsilon=epsilon)
+      data_seed=seed, kl_fn=kl_fn, member_batches=num_members, epsilon=epsilon,
+      input_transform=input_transform)
   training = CheckpointedTraining(maximizer, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.training_data import LogLikelihoodFn
@@ -20,6 +21,7 @@ from auxiliary_sampling.refine import RefinementResult
 from baselines import deep_ensemble, mnf
 from baselines.checkpoint_settings import claim_checkpoint_dir
 from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, MethodConfig
+from baselines.training import InputTransform, Penalty
 from baselines.vi_family import run_vi_family
 from common.results import write_results
 
@@ -30,8 +32,10 @@ class Networks:
 
   mean_field: Callable[[Optional[int]],
                        tf.Module]  # num_members (None: no member axis) -> VI network
-  mnf: Callable[[], tf.Module]                       # -> MNF network
+  mnf: Optional[Callable[[], tf.Module]]             # -> MNF network (None: no MNF version)
   ensemble: Callable[[int], tf.Module]               # num_members -> ensemble with a member axis
+  # Penalty of a network's point-estimated weights per example (ResNet-20's L2), or None.
+  penalty: Optional[Penalty] = None
 
 
 @dataclasses.dataclass
@@ -56,35 +60,46 @@ def checkpoint_dir_of(config: MethodConfig, trainer: str, output_dir: str) -> st
 
 
 def train_method(config: MethodConfig, networks: Networks, inputs, labels,
-                 log_likelihood_fn: LogLikelihoodFn, output_dir: str) -> MethodRun:
-  """Trains `config.method` on (inputs, labels) and returns its predictive samples."""
+                 log_likelihood_fn: LogLikelihoodFn, output_dir: str,
+                 input_transform: Optional[InputTransform] = None) -> MethodRun:
+  """Trains `config.method` on (inputs, labels) and returns its predictive samples.
+
+  `input_transform` augments every training batch (not MNF's).
+  """
   summaries = os.path.join(output_dir, "summaries")
+  num_examples = int(np.shape(inputs)[0])
+  schedule = config.learning_rate_schedule(num_examples)
+  checkpoint_interval = config.checkpoint_interval(num_examples)
   if config.method in VI_FAMILY:
     run = run_vi_family(
         config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
-        checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir))
+        checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir),
+        penalty=networks.penalty, input_transform=input_transform)
     return MethodRun(sample_outputs=run.sample_outputs, models=[run.model], metrics=run.metrics,
                      timings=run.timings, refinement=run.refinement)
   if config.method == "mnf":
+    if networks.mnf is None or input_transform is not None:
+      raise ValueError("MNF needs an MNF version of the networks and takes no input transform")
     model = networks.mnf()
-    training = mnf.train_mnf(model, inputs, labels, log_likelihood_fn, num_steps=config.mnf_steps,
-                             learning_rate=config.learning_rate, batch_size=config.batch_size,
-                             seed=config.seed,
+    training = mnf.train_mnf(model, inputs, labels, log_likelihood_fn,
+                             num_steps=config.num_steps(MNF, num_examples), learning_rate=schedule,
+                             batch_size=config.batch_size, seed=config.seed,
                              checkpoint_dir=checkpoint_dir_of(config, MNF, output_dir),
                              summary_dir=os.path.join(summaries, MNF),
-                             steps_per_checkpoint=config.steps_per_checkpoint)
+                             steps_per_checkpoint=checkpoint_interval)
 
     def sample_outputs(batch):
-      return posterior_draws(model, batch, config.num_samples)
+      return posterior_draws(model, batch, config.eval_samples)
   elif config.method == "deep_ensemble":
     model = networks.ensemble(config.ensemble_members)
     training = deep_ensemble.train_deep_ensemble(
         model, inputs, labels, log_likelihood_fn, num_members=config.ensemble_members,
-        num_steps=config.ensemble_steps, learning_rate=config.learning_rate,
+        num_steps=config.num_steps(ENSEMBLE, num_examples), learning_rate=schedule,
         batch_size=config.batch_size, epsilon=config.adversarial_epsilon, seed=config.seed,
         checkpoint_dir=checkpoint_dir_of(config, ENSEMBLE,
                                          output_dir), summary_dir=os.path.join(summaries, ENSEMBLE),
-        steps_per_checkpoint=config.steps_per_checkpoint)
+        steps_per_checkpoint=checkpoint_interval, penalty=networks.penalty,
+        input_transform=input_transform)
     sample_outputs = model
   else:
     raise ValueError(f"unknown method {config.method!r}")

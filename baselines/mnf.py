@@ -39,6 +39,7 @@ from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
+from baselines.learning_rate import LearningRateSchedule
 from baselines.training import CheckpointedTraining, TrainingResult
 
 tfb = tfp.bijectors
@@ -346,7 +347,8 @@ def regression_mnf(hidden_units: int = 50, seed: int = 0, **layer_kwargs) -> tf_
 
 
 def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
-              num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256,
+              num_steps: int = 30_000, learning_rate: float | LearningRateSchedule = 1e-3,
+              batch_size: int = 256,
               seed: int = 0, checkpoint_dir: Optional[str] = None,
               summary_dir: Optional[str] = None,
               steps_per_checkpoint: int = 5000) -> TrainingResult:

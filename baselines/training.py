@@ -15,7 +15,7 @@ import dataclasses
 import os
 import tempfile
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,42 +23,15 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
+from baselines.learning_rate import LearningRateSchedule
 
 _TRACE_FILENAME = "trace.npz"
 
-
-@dataclasses.dataclass(frozen=True)
-class LearningRateSchedule:
-  """A piecewise-constant Adam learning rate: `base`, times `factors[i]` from step `boundaries[i]`.
-
-  Steps count from 0; the rate of step s is that of the last boundary <= s.
-  ResNet-20's epoch schedule (x0.1 after epoch 80, ...) is one, in steps.
-  """
-
-  base: float
-  boundaries: tuple[int, ...] = ()
-  factors: tuple[float, ...] = ()
-
-  def __post_init__(self):
-    if not self.base > 0 or any(not f > 0 for f in self.factors):
-      raise ValueError(f"learning rate {self.base!r} and factors {self.factors} must be > 0")
-    if len(self.boundaries) != len(self.factors):
-      raise ValueError(f"{len(self.boundaries)} boundaries but {len(self.factors)} factors")
-    if any(b <= a for a, b in zip((0,) + self.boundaries, self.boundaries)):
-      raise ValueError(f"boundaries {self.boundaries} must be increasing steps > 0")
-
-  def rate(self, step: int) -> float:
-    """The learning rate of step `step`."""
-    factor = 1.0
-    for boundary, boundary_factor in zip(self.boundaries, self.factors):
-      if step >= boundary:
-        factor = boundary_factor
-    return self.base * factor
-
-  def steps_at_this_rate(self, step: int) -> Optional[int]:
-    """How many steps from `step` keep its rate (None: all the rest)."""
-    later = [boundary for boundary in self.boundaries if boundary > step]
-    return later[0] - step if later else None
+# model -> penalty of its point-estimated weights per training example (an L2 term as a Keras
+# loss would add it); trainers subtract N times it from the objective.
+Penalty = Callable[[tf.Module], tf.Tensor]
+# (training images, stateless seed) -> augmented images (common.image_augmentation).
+InputTransform = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 @dataclasses.dataclass

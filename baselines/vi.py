@@ -14,22 +14,37 @@ from typing import Optional
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
-from baselines.training import CheckpointedTraining, TrainingResult
+from baselines.learning_rate import LearningRateSchedule
+from baselines.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
 
 
 class MeanFieldTrainer(CheckpointedTraining):
-  """Mean-field VI of `model` on in-memory data; `train(n)` may be called again to train further."""
+  """Mean-field VI of `model` on in-memory data; `train(n)` may be called again to train further.
+
+  With `penalty` (the L2 of a partly deterministic network's point estimates)
+  the objective is the ELBO minus N * penalty; the trace then holds that.
+  `input_transform` augments every training batch.
+  """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
-               learning_rate: float = 1e-3, batch_size: int = 256, seed: int = 0,
-               steps_per_checkpoint: int = 5000, summary_every: int = 100):
+               learning_rate: float | LearningRateSchedule = 1e-3, batch_size: int = 256,
+               seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
+               penalty: Optional[Penalty] = None, input_transform: Optional[InputTransform] = None):
     inputs, labels = check_data(inputs, labels)
     model(inputs[:1])
+    kl_fn = None
+    if penalty is not None:
+      num_examples = float(inputs.shape[0])
+
+      def kl_fn():
+        return model_kl(model) + num_examples * penalty(model)
     maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
-                              batch_size=batch_size, data_seed=seed)
+                              batch_size=batch_size, data_seed=seed, kl_fn=kl_fn,
+                              input_transform=input_transform)
     super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 

@@ -22,6 +22,7 @@ from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
 from baselines.config import EXTRA_VI, VI, VI_FAMILY, MethodConfig
+from baselines.training import InputTransform, Penalty
 from baselines.vi import MeanFieldTrainer
 
 
@@ -44,12 +45,17 @@ class ViFamilyRun:
 
 def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.Module], inputs,
                   labels, log_likelihood_fn: LogLikelihoodFn, output_dir: str,
-                  checkpoint_dir_fn: Optional[Callable[[str], str]] = None) -> ViFamilyRun:
+                  checkpoint_dir_fn: Optional[Callable[[str], str]] = None,
+                  penalty: Optional[Penalty] = None,
+                  input_transform: Optional[InputTransform] = None) -> ViFamilyRun:
   """Trains VI (resuming from its checkpoint), then trains on or refines as `config.method` says.
 
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
   `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi" and
-  "extra_vi" (default: under `output_dir/checkpoints`).
+  "extra_vi" (default: under `output_dir/checkpoints`); `penalty` (per
+  example) of the point-estimated weights is subtracted N-fold from VI's
+  objective, and from refinement's when it refits them; `input_transform`
+  augments every training batch of VI and refinement.
   """
   method = config.method
   if method not in VI_FAMILY:
@@ -57,16 +63,20 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
   if checkpoint_dir_fn is None:
     def checkpoint_dir_fn(trainer):
       return os.path.join(output_dir, "checkpoints", trainer)
+  num_examples = int(np.shape(inputs)[0])
   model = model_fn(None)
   trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn,
-                             learning_rate=config.learning_rate, batch_size=config.batch_size,
-                             seed=config.seed, steps_per_checkpoint=config.steps_per_checkpoint)
-  training = trainer.train(config.vi_steps, checkpoint_dir=checkpoint_dir_fn(VI),
+                             learning_rate=config.learning_rate_schedule(num_examples),
+                             batch_size=config.batch_size, seed=config.seed,
+                             steps_per_checkpoint=config.checkpoint_interval(num_examples),
+                             penalty=penalty, input_transform=input_transform)
+  vi_steps = config.num_steps(VI, num_examples)
+  training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(VI),
                            summary_dir=os.path.join(output_dir, "summaries", VI))
   metrics = {"vi_resumed_from_step": training.resumed_from_step}
   timings = {"train_seconds": training.train_seconds}
   if method == "vi_equal_compute":
-    total_steps = config.vi_steps + config.extra_vi_steps
+    total_steps = vi_steps + config.extra_vi_steps
     if config.extra_vi_steps:
       extended = trainer.train(total_steps, checkpoint_dir=checkpoint_dir_fn(EXTRA_VI),
                                summary_dir=os.path.join(output_dir, "summaries", EXTRA_VI))
@@ -77,13 +87,19 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                                         num_samples=config.elbo_num_samples))
   refinement = None
   if method == "refined_vi":
+    penalty_fn = None
+    if penalty is not None and config.refit_deterministic:
+      def penalty_fn(members):
+        return num_examples * penalty(members)
     refinement = refine(
         model_fn, model, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
         schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
         steps_per_auxiliary=config.steps_per_auxiliary,
         learning_rate_rule=config.refine_learning_rate_rule, batch_size=config.batch_size,
         seed=config.seed, elbo_num_samples=config.elbo_num_samples,
-        weight_noise=config.refine_weight_noise, stage_elbo_aux=config.stage_elbo_aux)
+        weight_noise=config.refine_weight_noise, stage_elbo_aux=config.stage_elbo_aux,
+        refit_deterministic=config.refit_deterministic, penalty_fn=penalty_fn,
+        input_transform=input_transform)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_start_members"] = refinement.initial_elbo_estimate
@@ -91,5 +107,5 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     timings["refine_total_seconds"] = refinement.timings["total_seconds"]
     if refinement.stage_elbo_aux is not None:
       timings["stage_elbo_seconds"] = refinement.timings["stage_elbo_seconds"]
-  return ViFamilyRun(model=model, refinement=refinement, num_samples=config.num_samples,
+  return ViFamilyRun(model=model, refinement=refinement, num_samples=config.eval_samples,
                      metrics=metrics, timings=timings)

@@ -1,4 +1,5 @@
 """Baselines: checkpointed VI (resume, summaries), MNF's bound pieces, deep ensembles."""
+import dataclasses
 import glob
 import math
 
@@ -11,7 +12,10 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
 from baselines import deep_ensemble, mnf
-from baselines.training import CheckpointedTraining, LearningRateSchedule
+from baselines.config import MethodConfig
+from baselines.learning_rate import LearningRateSchedule
+from baselines.methods import Networks, train_method
+from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
 from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood
 
@@ -280,3 +284,40 @@ def test_adversarial_examples_increase_the_loss_and_training_fits():
                                              epsilon=0.01)
   assert result.trace.shape == (800, 2)
   assert np.all(result.trace[-50:].mean(0) > result.trace[:50].mean(0) + 50)
+
+
+@dataclasses.dataclass
+class _SteppedConfig(MethodConfig):
+  """A benchmark whose learning rate all but stops after step 20 (as ResNet-20's epochs step it)."""
+
+  def learning_rate_schedule(self, num_examples):
+    return LearningRateSchedule(self.learning_rate, boundaries=(20,), factors=(1e-12,))
+
+
+@pytest.mark.parametrize("method", ["vi", "deep_ensemble"])
+def test_train_method_follows_the_configs_schedule_and_the_networks_penalty(tmp_path, method):
+  """Catches: a trainer given the constant --learning_rate instead of the config's schedule, and a
+  network's penalty (ResNet-20's L2) left out of VI's or the ensemble's objective."""
+  x, y = _regression_data()
+
+  def kernels(model):
+    return [v for v in model.trainable_variables if "kernel" in v.name and "scale" not in v.name]
+
+  def trained(directory, steps, penalty_weight):
+    tf.keras.utils.set_random_seed(0)
+    networks = Networks(
+        mean_field=lambda members: _vi_network(), mnf=None,
+        ensemble=lambda members: deep_ensemble.regression_ensemble(members, hidden_units=8),
+        penalty=lambda model: penalty_weight * tf.add_n(
+            [tf.reduce_sum(tf.square(v)) for v in kernels(model)]))
+    config = _SteppedConfig(method=method, vi_steps=steps, ensemble_steps=steps, batch_size=32,
+                            learning_rate=1e-2, ensemble_members=2)
+    run = train_method(config, networks, x, y, gaussian_head_log_likelihood,
+                       str(tmp_path / directory))
+    return [v.numpy() for v in kernels(run.models[0])]
+
+  for after_20, after_40 in zip(trained("20", 20, 0.0), trained("40", 40, 0.0)):
+    np.testing.assert_allclose(after_20, after_40, atol=1e-6)
+  norms = [sum(float(np.sum(k**2)) for k in trained(name, 20, weight))
+           for name, weight in (("plain", 0.0), ("penalised", 1.0))]
+  assert norms[1] < 0.9 * norms[0]
