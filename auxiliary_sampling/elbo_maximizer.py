@@ -16,9 +16,12 @@ import tensorflow as tf
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.batch_shards import batch_shard
 from auxiliary_sampling.model_parameters import model_kl
+from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise, weight_noise_scope
+
+_TRANSFORM_STREAM = 1
 
 
 class ElboMaximizer(tf.Module):
@@ -34,6 +37,8 @@ class ElboMaximizer(tf.Module):
   Subclasses may override `expected_log_likelihood_on_batch` (the deep
   ensemble's adversarial training does). `weight_noise` (one of WEIGHT_NOISE)
   is how the model's mean-field layers draw noise in this loop's model calls.
+  `input_transform(inputs, seed)` (data augmentation) alters each gathered
+  batch, its randomness from a stateless `seed` that the batch counter fixes.
 
   Built inside a `tf.distribute` strategy's scope, every step is
   data-parallel: the global batch of `batch_size` is split evenly over the
@@ -43,7 +48,8 @@ class ElboMaximizer(tf.Module):
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
                variables: Sequence[tf.Variable], batch_size: int, data_seed: int = 0,
                kl_fn: Optional[Callable[[], tf.Tensor]] = None,
-               member_batches: Optional[int] = None, weight_noise: str = "per_example"):
+               member_batches: Optional[int] = None, weight_noise: str = "per_example",
+               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None):
     super().__init__(name="elbo_maximizer")
     self.weight_noise = check_weight_noise(weight_noise)
     batch_size = check_integer("batch_size", batch_size)
@@ -66,16 +72,23 @@ class ElboMaximizer(tf.Module):
                        f"replicas; allowed: a multiple of {num_replicas}")
     self.batch_size = batch_size
     self.data_seed = int(data_seed)
+    self.input_transform = input_transform
+    self._transform_stream = derived_seed(self.data_seed, _TRANSFORM_STREAM)
     self.optimizer = Adam(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
 
-  def _batch_indices(self) -> tf.Tensor:
-    """The next global minibatch's example indices, [batch] or [member_batches, batch]."""
+  def _batch_indices(self) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
+    """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
+    seed of its input transform (None without one)."""
     count = self.batch_counter.assign_add(1)
     shape = ([self.batch_size] if self.member_batches is None
              else [self.member_batches, self.batch_size])
     seed = tf.stack([tf.constant(self.data_seed, tf.int64), count])
-    return tf.random.stateless_uniform(shape, seed=seed, maxval=self.num_examples, dtype=tf.int64)
+    transform_seed = None
+    if self.input_transform is not None:
+      transform_seed = tf.stack([tf.constant(self._transform_stream, tf.int64), count])
+    return tf.random.stateless_uniform(shape, seed=seed, maxval=self.num_examples,
+                                       dtype=tf.int64), transform_seed
 
   def model_outputs(self, inputs) -> tf.Tensor:
     """The model's training-mode outputs, its layers drawing weight noise `weight_noise`-wise."""
@@ -87,7 +100,7 @@ class ElboMaximizer(tf.Module):
     log_likelihood = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
-  def _replica_step(self, indices: tf.Tensor,
+  def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
                     learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One Adam step on this replica's share of the global batch `indices`; (ELBO, KL).
 
@@ -105,6 +118,8 @@ class ElboMaximizer(tf.Module):
       indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
     inputs, labels = tf.gather(self.inputs, indices), tf.gather(self.labels, indices)
     with batch_shard(num_replicas, replica):
+      if self.input_transform is not None:
+        inputs = self.input_transform(inputs, transform_seed)
       with tf.GradientTape() as tape:
         kl = self.kl_fn()
         expected_log_likelihood = self.expected_log_likelihood_on_batch(inputs, labels)
@@ -132,7 +147,8 @@ class ElboMaximizer(tf.Module):
     elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
     kl_trace = tf.TensorArray(tf.float32, size=num_steps)
     for step in tf.range(num_steps):
-      elbo, kl = strategy.run(self._replica_step, args=(self._batch_indices(), learning_rate))
+      indices, transform_seed = self._batch_indices()
+      elbo, kl = strategy.run(self._replica_step, args=(indices, transform_seed, learning_rate))
       # Equal on every replica (all-reduced): keep the first replica's.
       elbo, kl = (strategy.experimental_local_results(value)[0] for value in (elbo, kl))
       elbo_trace = elbo_trace.write(step, elbo - elbo_offset)
