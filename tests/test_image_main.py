@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from baselines.config import METHODS, VI_FAMILY
-from image import figures
+from common import refinement_figures as figures
 from image import main as image_main
 from image.config import ImageConfig, pixel_scaling_for
 
