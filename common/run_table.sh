@@ -3,9 +3,11 @@
 # results.json with the same settings is skipped (the binary checks); one with other settings stops
 # with the differing flag (pass --replace_mismatched after -- to rerun it). Any failed run makes this
 # script exit 1 after the others have finished, with a list of what failed.
-#   common/run_table.sh --benchmark=uci|image --datasets="..." [--output_root=results] [--seeds="0 1 2 3 4"]
-#                       [--methods="..."] [--jobs=2] [--vi_checkpoint_root=ROOT] [-- extra <benchmark>.main flags]
-# (uci/run_table.sh and image/run_table.sh call it with their datasets.) Per dataset and seed, vi,
+#   common/run_table.sh --benchmark=uci|image|resnet --datasets="..." [--output_root=results]
+#                       [--seeds="0 1 2 3 4"] [--methods="..."] [--jobs=2] [--vi_checkpoint_root=ROOT]
+#                       [--variant=NAME] [-- extra <benchmark>.main flags]
+# (uci/, image/ and resnet/run_table.sh call it with their datasets; --variant puts the runs under
+# <root>/<benchmark>/<dataset>/<variant>/, as ResNet-20's four architectures are.) Per dataset and seed, vi,
 # refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
 # (<root>/<benchmark>/<dataset>/vi_checkpoints/seed_<s>), so the mean-field model is trained once;
 # mnf and deep_ensemble are separate jobs. With --jobs=N, N jobs run at once, one thread each.
@@ -20,6 +22,7 @@ datasets=""
 methods="vi refined_vi vi_equal_compute deep_ensemble mnf"
 jobs=1
 vi_checkpoint_root=""
+variant=""
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -30,13 +33,14 @@ while [[ $# -gt 0 ]]; do
     --methods=*) methods="${1#*=}" ;;
     --jobs=*) jobs="${1#*=}" ;;
     --vi_checkpoint_root=*) vi_checkpoint_root="${1#*=}" ;;
+    --variant=*) variant="${1#*=}" ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, --vi_checkpoint_root, -- FLAGS" >&2
+    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, --vi_checkpoint_root, --variant, -- FLAGS" >&2
        exit 2 ;;
   esac
   shift
 done
-[[ "$benchmark" == uci || "$benchmark" == image ]] || { echo "error: --benchmark='$benchmark' must be uci or image" >&2; exit 2; }
+[[ "$benchmark" =~ ^(uci|image|resnet)$ ]] || { echo "error: --benchmark='$benchmark' must be uci, image or resnet" >&2; exit 2; }
 [[ -n "$datasets" ]] || { echo "error: --datasets is empty" >&2; exit 2; }
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs=$jobs must be a positive integer" >&2; exit 2; }
 vi_checkpoint_root="${vi_checkpoint_root:-$output_root}"
@@ -47,20 +51,21 @@ fi
 
 failures=$(mktemp)
 run_one() {  # dataset method seed
-  local dir="$output_root/$benchmark/$1/$2/seed_$3"
+  local group="$1${variant:+/$variant}"
+  local dir="$output_root/$benchmark/$group/$2/seed_$3"
   mkdir -p "$dir"
   if python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
-      --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$1/vi_checkpoints/seed_$3" "${extra[@]}" \
+      --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$group/vi_checkpoints/seed_$3" "${extra[@]}" \
       >"$dir/log.txt" 2>&1; then
-    echo "done $1 $2 seed $3"
+    echo "done $group $2 seed $3"
   else
     local reason
     reason=$(grep '^error:' "$dir/log.txt" | tail -1)
-    echo "FAILED $1 $2 seed $3: ${reason:-see $dir/log.txt}" | tee -a "$failures"
+    echo "FAILED $group $2 seed $3: ${reason:-see $dir/log.txt}" | tee -a "$failures"
   fi
 }
 export -f run_one
-export output_root benchmark vi_checkpoint_root failures
+export output_root benchmark vi_checkpoint_root failures variant
 export extra_flags="${extra[*]:-}"
 
 job_list() {

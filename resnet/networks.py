@@ -23,7 +23,7 @@ variable of each sample.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -34,6 +34,10 @@ from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.batch_norm import MemberBatchNormalization
 from baselines.deep_ensemble import MemberConv2D, MemberDense
+from baselines.methods import Networks
+
+if TYPE_CHECKING:
+  from resnet.config import ResNetConfig
 
 VARIATIONAL_MODES = ("none", "hybrid", "full")
 DEPTH = 20
@@ -145,3 +149,21 @@ def l2_penalty(model: ResNet20, weight: float = 1e-4) -> tf.Tensor:
     term = tf.reduce_sum(tf.square(kernel), axis=axes)
     total = term if total is None else total + term
   return weight * total
+
+
+def resnet20_networks(config: "ResNetConfig", num_classes: int) -> Networks:
+  """ResNet-20 for every method of Table 3: the configured variational variant for the VI family,
+  deterministic ReLU members for the ensemble, both with the L2 of their deterministic kernels."""
+  def mean_field(num_members):
+    return ResNet20(config.variational, config.batchnorm, num_members, num_classes,
+                    seed=config.seed, empirical_bayes_prior=config.empirical_bayes_prior,
+                    untransformed_scale_init=config.initial_untransformed_posterior_scale)
+
+  def ensemble(num_members):
+    return ResNet20("none", config.batchnorm, num_members, num_classes, seed=config.seed)
+
+  penalty = None
+  if config.l2 > 0:
+    def penalty(model):
+      return l2_penalty(model, config.l2)
+  return Networks(mean_field=mean_field, mnf=None, ensemble=ensemble, penalty=penalty)

@@ -1,0 +1,131 @@
+"""The ResNet-20 binary end to end at tiny scale: every method, epochs, resume, bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from resnet import main as resnet_main
+from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+needs_fashion_mnist = pytest.mark.skipif(
+    not os.path.isdir(os.path.join(DATA, "fashion_mnist")),
+    reason="the offline Fashion-MNIST copy is not here")
+
+# 4 steps of 32 an epoch; refinement M = 2, K = 2, T = 2.
+TINY = dict(dataset="fashion_mnist", data_dir=DATA, download=False, num_train_examples=128,
+            num_test_examples=64, batch_size=32, epochs=1, decay_epochs=(0.5,),
+            decay_factors=(0.1,), num_samples=2, num_auxiliary=2, steps_per_auxiliary=2,
+            ensemble_members=2, batchnorm=True)
+
+
+def test_epochs_give_the_papers_steps_and_schedule():
+  """200 epochs of CIFAR-10 at 256: 39,063 steps; the authors' 30,000 steps are 153.6 epochs."""
+  config = ResNetConfig()
+  assert config.num_steps("vi", 50_000) == config.num_steps("deep_ensemble", 50_000) == 39_063
+  assert ResNetConfig(epochs=153.6).num_steps("vi", 50_000) == 30_000
+  schedule = config.learning_rate_schedule(50_000)
+  assert schedule.boundaries == (15_625, 23_438, 31_250, 35_157)
+  assert [schedule.rate(step) for step in (0, 15_624, 15_625, 35_156)] == pytest.approx(
+      [1e-3, 1e-3, 1e-3 * PAPER_DECAY_FACTORS[0], 1e-3 * PAPER_DECAY_FACTORS[-2]])
+  assert config.checkpoint_interval(50_000) == 196          # one epoch
+  assert ResNetConfig(vi_steps=7).num_steps("vi", 50_000) == 7
+  assert (config.num_auxiliary, config.variance_ratio, config.num_samples) == (10, 0.5, 10)
+
+
+@needs_fashion_mnist
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_writes_its_metrics(tmp_path, method):
+  config = ResNetConfig(method=method, variational="full" if method == "vi" else "hybrid",
+                        **TINY)
+  metrics = resnet_main.train_and_evaluate(config, str(tmp_path))
+  recorded = json.loads((tmp_path / "results.json").read_text())
+  assert recorded["benchmark"] == "resnet" and recorded["flags"]["batchnorm"] is True
+  assert metrics["num_train"] == 128 and 0 <= metrics["test_accuracy"] <= 1
+  assert np.isfinite(metrics["test_mll"]) and np.isfinite(metrics["ece"])
+  if method in ("vi", "refined_vi", "vi_equal_compute"):
+    assert np.isfinite(metrics["elbo"])
+  if method == "refined_vi":
+    assert np.isfinite(metrics["elbo_aux"])
+    assert (tmp_path / "figure4_elbo_aux.png").exists()
+  if method == "vi_equal_compute":
+    assert metrics["total_vi_steps"] == 4 + 2 * 2 * 2
+
+
+@needs_fashion_mnist
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+  """Training killed after epoch 1 of 2 and rerun ends where an uninterrupted run ends.
+
+  Catches: batch norm's moving statistics, the Adam state or the schedule's
+  position lost in the per-epoch checkpoint.
+  """
+  settings = {**{k: v for k, v in TINY.items() if k != "epochs"}, "method": "vi",
+              "decay_epochs": (1.5,), "num_test_examples": 32}
+  whole = resnet_main.train_and_evaluate(ResNetConfig(**settings, epochs=2),
+                                         str(tmp_path / "whole"))
+  checkpoints = str(tmp_path / "resumed_checkpoints")
+  resnet_main.train_and_evaluate(ResNetConfig(**settings, epochs=1, vi_checkpoint_dir=checkpoints),
+                                 str(tmp_path / "killed"))
+  resumed = resnet_main.train_and_evaluate(
+      ResNetConfig(**settings, epochs=2, vi_checkpoint_dir=checkpoints), str(tmp_path / "resumed"))
+  assert resumed["vi_resumed_from_step"] == 4
+  for name in ("test_mll", "elbo"):
+    assert resumed[name] == pytest.approx(whole[name], rel=1e-5), name
+
+
+def _run(*flags):
+  return subprocess.run([sys.executable, "-m", "resnet.main", *flags], cwd=REPO,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--variational=none", "--variational=none: value should be one of <hybrid|full>"),
+    ("--dataset=svhn", "--dataset=svhn: value should be one of"),
+    ("--method=mnf", "--method=mnf: value should be one of <vi|refined_vi|vi_equal_compute|deep_"),
+    ("--num_auxiliary=0", "num_auxiliary=0 is out of range; allowed: >= 1"),
+    ("--variance_ratio=1.5", "variance_ratio=1.5 is out of range"),
+    ("--epochs=0", "epochs=0.0 is out of range; allowed: > 0"),
+    ("--decay_factors=0.1", "--decay_epochs has 4 values but --decay_factors 1"),
+    ("--decay_epochs=80,40,160,180", "must be increasing epochs > 0"),
+])
+def test_bad_flags_are_one_line_usage_errors(tmp_path, flag, message):
+  completed = _run(f"--output_dir={tmp_path / 'out'}", flag)
+  assert completed.returncode == 2, completed.stderr[-1000:]
+  assert message in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_refitting_needs_deterministic_weights_and_lenet_has_no_batch_norm(tmp_path):
+  completed = subprocess.run(
+      [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--refit_deterministic"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 2
+  assert "have no point-estimated weights to refit" in completed.stderr.strip().splitlines()[-1]
+  completed = subprocess.run(
+      [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--batchnorm"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 2 and "Unknown command line flag 'batchnorm'" in completed.stderr
+
+
+def test_missing_or_truncated_cifar10_is_a_runtime_error_naming_the_file(tmp_path):
+  from common import images
+  (tmp_path / "empty").mkdir()
+  completed = _run(f"--output_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'empty'}",
+                   "--nodownload")
+  assert completed.returncode == 1
+  assert "cifar-10-binary.tar.gz is not in" in completed.stderr.strip().splitlines()[-1]
+  folder = images.write_synthetic_cifar10(str(tmp_path / "data" / "cifar10"),
+                                          examples_per_batch=3)
+  batch = os.path.join(folder, "data_batch_2.bin")
+  with open(batch, "r+b") as handle:
+    handle.truncate(3073 * 2 + 100)
+  completed = _run(f"--output_dir={tmp_path / 'out'}", f"--data_dir={tmp_path / 'data'}",
+                   "--nodownload")
+  assert completed.returncode == 1 and "data_batch_2.bin" in completed.stderr.strip(
+  ).splitlines()[-1]
+  assert not (tmp_path / "out" / "results.json").exists()
