@@ -255,6 +255,29 @@ def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
   assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
 
 
+def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_path):
+  """ResNet-20 end to end on 2 replicas, augmented batches split by rows: one device's numbers.
+
+  Catches: replicas augmenting alike (or each its own way). Batch norm's equivalence is the
+  library check's above (`batch_norm`).
+  """
+  runs = {}
+  for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2"])):
+    completed = subprocess.run(
+        [sys.executable, "-m", "resnet.main", f"--output_dir={tmp_path / name}",
+         "--dataset=fashion_mnist", f"--data_dir={DATA}", "--nodownload", "--method=vi",
+         "--num_train_examples=128", "--num_test_examples=64", "--batch_size=32", "--epochs=1",
+         "--decay_epochs=0.5", "--decay_factors=0.1", "--num_samples=2",
+         "--data_augmentation", *flags],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=_environment())
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+  assert runs["two"]["machine"]["replicas"] == 2
+  for metric in ("test_mll", "elbo"):
+    np.testing.assert_allclose(runs["two"]["metrics"][metric], runs["one"]["metrics"][metric],
+                               rtol=1e-4)
+
+
 @pytest.mark.parametrize("flags,cpu_devices,message", [
     (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),

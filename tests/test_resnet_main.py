@@ -129,3 +129,12 @@ def test_missing_or_truncated_cifar10_is_a_runtime_error_naming_the_file(tmp_pat
   assert completed.returncode == 1 and "data_batch_2.bin" in completed.stderr.strip(
   ).splitlines()[-1]
   assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_the_speed_projection_adds_up_every_run_of_table3():
+  from benchmarks.resnet_speed import (EQUAL_COMPUTE_STEPS, MEASUREMENTS, REFINE_STEPS, SEEDS,
+                                       VI_STEPS, derived)
+  projected = derived({name: {"seconds_per_step": 1.0} for name in MEASUREMENTS})
+  assert projected["refinement_fraction_of_vi"] == pytest.approx(REFINE_STEPS / VI_STEPS)
+  per_seed = 4 * (VI_STEPS + EQUAL_COMPUTE_STEPS + REFINE_STEPS) + 2 * VI_STEPS
+  assert projected["projected_hours"]["table3"] == pytest.approx(SEEDS * per_seed / 3600)
