@@ -40,13 +40,18 @@ def test_epochs_give_the_papers_steps_and_schedule():
 @needs_fashion_mnist
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
+  # vi: the full model, scored as the authors scored it, by one weight sample.
   config = ResNetConfig(method=method, variational="full" if method == "vi" else "hybrid",
-                        **TINY)
+                        num_eval_samples=1 if method == "vi" else 0, **TINY)
   metrics = resnet_main.train_and_evaluate(config, str(tmp_path))
   recorded = json.loads((tmp_path / "results.json").read_text())
   assert recorded["benchmark"] == "resnet" and recorded["flags"]["batchnorm"] is True
   assert metrics["num_train"] == 128 and 0 <= metrics["test_accuracy"] <= 1
   assert np.isfinite(metrics["test_mll"]) and np.isfinite(metrics["ece"])
+  if method == "vi":   # one sample: the predictive is that sample
+    assert metrics["test_mll"] == pytest.approx(metrics["member_test_mll"], rel=1e-6)
+  else:                # two samples (members) average to an MLL no worse than each (Jensen)
+    assert metrics["test_mll"] >= metrics["member_test_mll"] - 1e-9
   if method in ("vi", "refined_vi", "vi_equal_compute"):
     assert np.isfinite(metrics["elbo"])
   if method == "refined_vi":
