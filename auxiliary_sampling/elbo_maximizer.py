@@ -24,6 +24,25 @@ from auxiliary_sampling.weight_noise import check_weight_noise, weight_noise_sco
 _TRANSFORM_STREAM = 1
 
 
+def _data_tensors(inputs, labels, grouped_data: bool,
+                  member_batches: Optional[int]) -> tuple[tf.Tensor, tf.Tensor]:
+  """Checked data: variables stay variables (read at every step), the rest become tensors."""
+  if not (isinstance(inputs, tf.Variable) and isinstance(labels, tf.Variable)):
+    inputs, labels = check_data(inputs, labels)
+  if grouped_data:
+    if member_batches is None:
+      raise ValueError("grouped_data needs member_batches (the number of members)")
+    if inputs.shape.rank < 2 or inputs.shape[:2] != labels.shape[:2]:
+      raise ValueError(f"grouped data are [groups, capacity, ...]: got inputs {inputs.shape} "
+                       f"and labels {labels.shape}")
+    if member_batches % int(inputs.shape[0]):
+      raise ValueError(f"{member_batches} members do not split evenly over "
+                       f"{inputs.shape[0]} data groups")
+  elif inputs.shape[0] != labels.shape[0]:
+    raise ValueError(f"inputs have {inputs.shape[0]} examples but labels have {labels.shape[0]}")
+  return inputs, labels
+
+
 class ElboMaximizer(tf.Module):
   """Maximises the (conditional) ELBO of `model` on in-memory data by minibatch Adam.
 
@@ -37,6 +56,12 @@ class ElboMaximizer(tf.Module):
   Subclasses may override `expected_log_likelihood_on_batch` (the deep
   ensemble's adversarial training does). `weight_noise` (one of WEIGHT_NOISE)
   is how the model's mean-field layers draw noise in this loop's model calls.
+  Data that differ per member or grow (a bandit's histories): with
+  `grouped_data`, inputs and labels are [G, capacity, ...] and member m of
+  `member_batches=M` trains on group m // (M / G); `num_examples`, a scalar
+  integer variable, says how many leading rows (of each group) are the data
+  now, N in the objective; inputs and labels given as variables are read at
+  every step, so rows written later are seen.
   `input_transform(inputs, seed)` (data augmentation) alters each gathered
   batch, its randomness from a stateless `seed` that the batch counter fixes.
 
@@ -49,7 +74,8 @@ class ElboMaximizer(tf.Module):
                variables: Sequence[tf.Variable], batch_size: int, data_seed: int = 0,
                kl_fn: Optional[Callable[[], tf.Tensor]] = None,
                member_batches: Optional[int] = None, weight_noise: str = "per_example",
-               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None):
+               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
+               grouped_data: bool = False, num_examples: Optional[tf.Variable] = None):
     super().__init__(name="elbo_maximizer")
     self.weight_noise = check_weight_noise(weight_noise)
     batch_size = check_integer("batch_size", batch_size)
@@ -58,8 +84,11 @@ class ElboMaximizer(tf.Module):
     self.model = model
     self.kl_fn = kl_fn or (lambda: model_kl(model))
     self.member_batches = member_batches
-    self.inputs, self.labels = check_data(inputs, labels)
-    self.num_examples = int(self.inputs.shape[0])
+    self.grouped_data = grouped_data
+    self.inputs, self.labels = _data_tensors(inputs, labels, grouped_data, member_batches)
+    capacity = int(self.inputs.shape[1 if grouped_data else 0])
+    # N: a Python int for fixed data, the variable itself for data that grow.
+    self.num_examples = capacity if num_examples is None else num_examples
     self.log_likelihood_fn = log_likelihood_fn
     self.variables_to_train = list(variables)
     if not self.variables_to_train:
@@ -87,8 +116,23 @@ class ElboMaximizer(tf.Module):
     transform_seed = None
     if self.input_transform is not None:
       transform_seed = tf.stack([tf.constant(self._transform_stream, tf.int64), count])
-    return tf.random.stateless_uniform(shape, seed=seed, maxval=self.num_examples,
+    maxval = tf.cast(self.num_examples, tf.int64)
+    return tf.random.stateless_uniform(shape, seed=seed, maxval=maxval,
                                        dtype=tf.int64), transform_seed
+
+  def _gather(self, data: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
+    """The rows `indices` of `data`, from each member's own group with `grouped_data`."""
+    data = tf.convert_to_tensor(data)   # a variable's current value (XLA gathers no resources)
+    if not self.grouped_data:
+      return tf.gather(data, indices)
+    members_per_group = self.member_batches // int(data.shape[0])
+    groups = tf.range(self.member_batches, dtype=tf.int64) // members_per_group
+    groups = tf.broadcast_to(groups[:, tf.newaxis], tf.shape(indices))
+    return tf.gather_nd(data, tf.stack([groups, indices], axis=-1))
+
+  @property
+  def _num_examples_float(self) -> tf.Tensor:
+    return tf.cast(self.num_examples, tf.float32)
 
   def model_outputs(self, inputs) -> tf.Tensor:
     """The model's training-mode outputs, its layers drawing weight noise `weight_noise`-wise."""
@@ -98,7 +142,7 @@ class ElboMaximizer(tf.Module):
   def expected_log_likelihood_on_batch(self, inputs, labels) -> tf.Tensor:
     """N * mean_batch log p(y | x, w), one value per member."""
     log_likelihood = self.log_likelihood_fn(labels, self.model_outputs(inputs))
-    return self.num_examples * tf.reduce_mean(log_likelihood, axis=-1)
+    return self._num_examples_float * tf.reduce_mean(log_likelihood, axis=-1)
 
   def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
                     learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -116,7 +160,7 @@ class ElboMaximizer(tf.Module):
     local_batch = self.batch_size // num_replicas
     if num_replicas > 1:
       indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
-    inputs, labels = tf.gather(self.inputs, indices), tf.gather(self.labels, indices)
+    inputs, labels = self._gather(self.inputs, indices), self._gather(self.labels, indices)
     with batch_shard(num_replicas, replica):
       if self.input_transform is not None:
         inputs = self.input_transform(inputs, transform_seed)
@@ -126,7 +170,7 @@ class ElboMaximizer(tf.Module):
         elbo = expected_log_likelihood - kl
         # Members are independent, so the sum's gradient is each member's own.
         loss = -tf.reduce_sum(elbo if num_replicas == 1 else elbo / num_replicas
-                              ) / self.num_examples
+                              ) / self._num_examples_float
       gradients = tape.gradient(loss, self.variables_to_train)
     if num_replicas > 1:
       gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)

@@ -49,17 +49,21 @@ def _copy_broadcast(source: tf.Variable, target: tf.Variable, what: str) -> None
     target.assign(source)
   elif target_shape[1:] == source_shape:
     target.assign(tf.broadcast_to(source[tf.newaxis], target_shape))
-  elif len(source_shape) == len(
-      target_shape) and source_shape[0] == 1 and source_shape[1:] == target_shape[1:]:
-    target.assign(tf.broadcast_to(source, target_shape))
+  elif len(source_shape) == len(target_shape) and source_shape[1:] == target_shape[1:] and (
+      source_shape[0] and target_shape[0] % source_shape[0] == 0):
+    # M members from S: target member m copies source member m // (M / S).
+    target.assign(tf.repeat(source, target_shape[0] // source_shape[0], axis=0))
   else:
     raise ValueError(f"shape mismatch for {what}: {list(source_shape)} in the trained model, "
-                     f"{list(target_shape)} in the model to refine (allowed: equal, or with a "
-                     "leading member axis added)")
+                     f"{list(target_shape)} in the model to refine (allowed: equal, with a "
+                     "leading member axis added, or a member axis a multiple as long)")
 
 
 def load_trained_state(trained_model: tf.Module, members: tf.Module) -> None:
   """Copies a trained model into a model with a member axis, broadcasting every member.
+
+  A trained model with S members goes into M = r * S members, each copied r
+  times in a row (member m of the target is member m // r of the source).
 
   Mean-field parameters are matched in construction order; so are the other
   trainable variables (for example a learned noise scale).

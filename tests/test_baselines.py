@@ -17,7 +17,7 @@ from baselines.learning_rate import LearningRateSchedule
 from baselines.methods import Networks, train_method
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
-from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood
+from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 
 tfd = tfp.distributions
 

@@ -39,7 +39,8 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   from common.seeding import seed_everything
   from uci import data
   from uci.networks import uci_networks
-  from uci.regression import HomoscedasticNoise, gaussian_head_log_likelihood, regression_metrics
+  from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+  from uci.regression import regression_metrics
 
   config.validate()
   started = time.perf_counter()

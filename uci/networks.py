@@ -9,7 +9,7 @@ from auxiliary_sampling.layers import DenseReparameterization
 from baselines import deep_ensemble, mnf
 from baselines.methods import Networks
 from uci.config import UciConfig
-from uci.regression import HomoscedasticNoise
+from baselines.gaussian_head import HomoscedasticNoise
 
 
 def mean_field_network(hidden_units: int, initial_noise_scale: float,

@@ -1,0 +1,263 @@
+"""The mushroom bandit's agents, each vectorised over seeds (and samples or exploration rates).
+
+Every agent holds, per member of a member axis, a reward model and the
+history it has observed, and acts in two compiled calls per bandit step:
+`choose` (the action for each member's context) and `observe` (append the
+reward, then `update_steps` Adam steps on minibatches of the whole history,
+paper Section 4.3). The members are the seeds (seed-major, then the
+agent's variants), so one computation serves every seed:
+
+  vi_ts       Thompson sampling: the mean of `num_thompson_samples` weight draws
+              from the mean-field posterior picks the action;
+  refined_ts  the same with refined samples (Algorithm 1 with K = 1): for each
+              draw, a1 ~ q(a1), then q(w | a1) is refined for `refine_steps`
+              on the history against p(w | a1); the refined sample is used
+              once and discarded (the mean-field model is not changed);
+  eps_greedy  the maximum-likelihood network's greedy action, a uniformly random
+              one with probability epsilon (one member per epsilon and seed).
+
+The mean-field models and their refinement are `auxiliary_sampling`'s
+layers, `ElboMaximizer` (over growing per-member histories) and the
+parameters' own conditioning; nothing of the algorithm is written here.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import tensorflow as tf
+import tf_keras
+
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.model_parameters import mean_field_parameters
+from auxiliary_sampling.noise import MemberNoise, derived_seed
+from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
+from auxiliary_sampling.weight_noise import weight_noise_scope
+from bandits.config import BanditConfig
+from bandits.mushroom import NUM_ACTIONS
+from baselines.deep_ensemble import MemberDense
+from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+
+# Stream identifiers mixed into the run seed.
+_MODEL_STREAM, _REFINED_STREAM, _AUXILIARY_STREAM, _DATA_STREAM, _EXPLORE_STREAM = range(1, 6)
+
+
+class RewardModel(tf_keras.layers.Layer):
+  """Gaussian reward model: inputs [M?, batch, F + 1] (context features, then the action 0/1) ->
+  [M, batch, 2], the predicted mean reward of that action and the noise scale.
+
+  `per_action`: the network maps the context to one mean per action and the
+  input's action picks one; `action_input`: the network maps context and
+  action to one mean.
+  """
+
+  def __init__(self, layers: Sequence[tf_keras.layers.Layer], noise: HomoscedasticNoise,
+               reward_model: str, **kwargs):
+    super().__init__(**kwargs)
+    self.network_layers = list(layers)
+    self.noise = noise
+    self.reward_model = reward_model
+
+  def _network(self, inputs: tf.Tensor) -> tf.Tensor:
+    for layer in self.network_layers:
+      inputs = layer(inputs)
+    return inputs
+
+  def call(self, inputs, training=None):
+    del training
+    if self.reward_model == "action_input":
+      return self.noise(self._network(inputs))
+    contexts, actions = inputs[..., :-1], inputs[..., -1:]
+    means = self._network(contexts)
+    return self.noise(tf.where(actions > 0.5, means[..., 1:], means[..., :1]))
+
+  def action_means(self, contexts: tf.Tensor) -> tf.Tensor:
+    """[M, batch, NUM_ACTIONS]: every action's predicted mean reward for contexts [M, batch, F],
+    all from one forward pass (so one weight draw under per_batch noise)."""
+    if self.reward_model == "per_action":
+      return self._network(contexts)
+    batch = tf.shape(contexts)[1]
+    both = tf.concat([tf.concat([contexts, tf.fill(tf.concat([tf.shape(contexts)[:2], [1]], 0),
+                                                   float(action))], -1)
+                      for action in range(NUM_ACTIONS)], axis=1)
+    means = self._network(both)[..., 0]
+    return tf.stack([means[:, action * batch:(action + 1) * batch]
+                     for action in range(NUM_ACTIONS)], axis=-1)
+
+
+def reward_model(config: BanditConfig, num_members: int, bayesian: bool,
+                 seed: int) -> RewardModel:
+  """The paper's network: `num_hidden_layers` of `hidden_units` ReLU units, mean-field Gaussian
+  weights under a fixed N(0, prior_scale^2) prior (`bayesian`) or point weights."""
+  outputs = NUM_ACTIONS if config.reward_model == "per_action" else 1
+  widths = [config.hidden_units] * config.num_hidden_layers + [outputs]
+  activations = ["relu"] * config.num_hidden_layers + [None]
+  if bayesian:
+    layers = [DenseReparameterization(
+        units, activation=activation, num_members=num_members, prior_scale=config.prior_scale,
+        trainable_prior_scale=False,
+        untransformed_scale_init=config.initial_untransformed_posterior_scale)
+        for units, activation in zip(widths, activations)]
+  else:
+    layers = [MemberDense(units, num_members, activation=activation,
+                          seed=derived_seed(seed, index))
+              for index, (units, activation) in enumerate(zip(widths, activations))]
+  noise = HomoscedasticNoise(num_members=num_members, initial_scale=config.initial_noise_scale)
+  return RewardModel(layers, noise, config.reward_model)
+
+
+class History(tf.Module):
+  """What each of G members has observed: inputs [G, capacity, F + 1] (context, action) and
+  rewards [G, capacity, 1]; the first `count` rows are filled."""
+
+  def __init__(self, groups: int, capacity: int, num_features: int):
+    super().__init__(name="history")
+    self.inputs = tf.Variable(tf.zeros([groups, capacity, num_features + 1]), trainable=False)
+    self.rewards = tf.Variable(tf.zeros([groups, capacity, 1]), trainable=False)
+    self.count = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+  def append(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> None:
+    """Adds one row per member: contexts [G, F], actions [G], rewards [G]."""
+    row = tf.concat([contexts, tf.cast(actions, tf.float32)[:, tf.newaxis]], -1)
+    self.inputs[:, self.count].assign(row)
+    self.rewards[:, self.count, 0].assign(tf.cast(rewards, tf.float32))
+    self.count.assign_add(1)
+
+
+class Agent(tf.Module):
+  """An agent for all seeds at once: `num_variants` members per seed (seed-major)."""
+
+  def __init__(self, name: str, config: BanditConfig, num_features: int, num_variants: int,
+               run_seed: int, bayesian: bool):
+    super().__init__(name=name)
+    self.config = config
+    self.num_seeds = len(config.seeds)
+    self.num_variants = num_variants
+    self.num_members = self.num_seeds * num_variants
+    self.run_seed = run_seed
+    self.model = reward_model(config, self.num_members, bayesian,
+                              derived_seed(run_seed, _MODEL_STREAM))
+    self.model(tf.zeros([self.num_members, 1, num_features + 1]))
+    if bayesian:
+      seed_member_streams(self.model, derived_seed(run_seed, _MODEL_STREAM), self.num_members)
+    self.history = History(self.num_members, config.horizon, num_features)
+    kl_fn = None if bayesian else (lambda: tf.zeros([self.num_members]))
+    self.maximizer = ElboMaximizer(
+        self.model, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
+        variables=self.model.trainable_variables, batch_size=config.batch_size,
+        data_seed=derived_seed(run_seed, _DATA_STREAM), kl_fn=kl_fn,
+        member_batches=self.num_members, grouped_data=True, num_examples=self.history.count)
+
+  @property
+  def line_names(self) -> list[str]:
+    """The name of each variant's line in tables and figures."""
+    return [self.name]
+
+  def _member_contexts(self, contexts: tf.Tensor) -> tf.Tensor:
+    """[seeds, F] -> [members, F]: each seed's context for each of its variants."""
+    return tf.repeat(contexts, self.num_variants, axis=0)
+
+  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    """[seeds, variants] actions for contexts [seeds, F] at bandit step `step`."""
+    raise NotImplementedError
+
+  @tf.function
+  def observe(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> tf.Tensor:
+    """Appends each member's observation and updates its model; returns the last step's
+    objective estimate per member (ELBO, or log-likelihood for point weights)."""
+    self.history.append(self._member_contexts(contexts), tf.reshape(actions, [-1]),
+                        tf.reshape(rewards, [-1]))
+    trace, _ = self.maximizer.run(tf.constant(self.config.update_steps),
+                                  tf.constant(self.config.learning_rate), tf.constant(0.0))
+    return trace[-1]
+
+
+def _greedy(action_means: tf.Tensor) -> tf.Tensor:
+  """The action of highest predicted mean, [..., NUM_ACTIONS] -> [...] (ties: pass)."""
+  return tf.argmax(action_means, axis=-1, output_type=tf.int32)
+
+
+class ThompsonAgent(Agent):
+  """vi_ts and, with `refined`, refined_ts: one member per seed."""
+
+  def __init__(self, config: BanditConfig, num_features: int, run_seed: int, refined: bool):
+    super().__init__("refined_ts" if refined else "vi_ts", config, num_features, 1, run_seed,
+                     bayesian=True)
+    self.refined = refined
+    if not refined:
+      return
+    samples = config.num_thompson_samples
+    self.num_samples = self.num_members * samples
+    self.samples = reward_model(config, self.num_samples, True, 0)
+    self.samples(tf.zeros([self.num_samples, 1, num_features + 1]))
+    seed_member_streams(self.samples, derived_seed(run_seed, _REFINED_STREAM), self.num_samples)
+    self.auxiliary_noise = MemberNoise(self.num_samples, name="auxiliary_noise",
+                                       initial_seed=derived_seed(run_seed, _AUXILIARY_STREAM))
+    # Each sample refines on its seed's history: groups of `samples` members share one.
+    self.refiner = ElboMaximizer(
+        self.samples, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
+        variables=refinement_variables(self.samples), batch_size=config.batch_size,
+        data_seed=derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM),
+        member_batches=self.num_samples, grouped_data=True, num_examples=self.history.count)
+
+  def _refine_samples(self) -> None:
+    """Refines `num_thompson_samples` samples per seed from the current q (Algorithm 1, K = 1);
+    before the first observation there is nothing to refine on, and q(w | a1) is used as is."""
+    load_trained_state(self.model, self.samples)
+    fraction = self.config.auxiliary_variance_fraction
+    for parameter in mean_field_parameters(self.samples):
+      parameter.condition_on_auxiliary(fraction, 1.0 - fraction,
+                                       self.auxiliary_noise.normal(parameter.event_shape))
+    self.refiner.optimizer.reset()
+    num_steps = tf.where(self.history.count > 0, self.config.refine_steps, 0)
+    self.refiner.run(num_steps, tf.constant(self.config.learning_rate), tf.constant(0.0))
+
+  @tf.function
+  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    del step
+    samples = self.config.num_thompson_samples
+    with weight_noise_scope("per_batch"):
+      if self.refined:
+        self._refine_samples()
+        means = self.samples.action_means(
+            tf.repeat(contexts, samples, axis=0)[:, tf.newaxis])     # [seeds * samples, 1, A]
+        means = tf.reshape(means, [self.num_seeds, samples, NUM_ACTIONS])
+      else:
+        means = tf.stack([self.model.action_means(contexts[:, tf.newaxis])[:, 0]
+                          for _ in range(samples)], axis=1)          # [seeds, samples, A]
+    return _greedy(tf.reduce_mean(means, axis=1))[:, tf.newaxis]
+
+
+class EpsilonGreedyAgent(Agent):
+  """eps_greedy: one maximum-likelihood network per exploration rate and seed."""
+
+  def __init__(self, config: BanditConfig, num_features: int, run_seed: int):
+    super().__init__("eps_greedy", config, num_features, len(config.epsilons), run_seed,
+                     bayesian=False)
+    self.epsilons = tf.constant(config.epsilons, tf.float32)
+    self.explore_seed = derived_seed(run_seed, _EXPLORE_STREAM)
+
+  @property
+  def line_names(self) -> list[str]:
+    return [f"eps_greedy_{epsilon:g}" for epsilon in self.config.epsilons]
+
+  @tf.function
+  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    means = self.model.action_means(self._member_contexts(contexts)[:, tf.newaxis])[:, 0]
+    greedy = tf.reshape(_greedy(means), [self.num_seeds, self.num_variants])
+    draws = tf.random.stateless_uniform(
+        [2, self.num_seeds, self.num_variants],
+        seed=tf.stack([tf.constant(self.explore_seed, tf.int64), tf.cast(step, tf.int64)]))
+    random_actions = tf.cast(draws[1] * NUM_ACTIONS, tf.int32)
+    return tf.where(draws[0] < self.epsilons, random_actions, greedy)
+
+
+def make_agent(name: str, config: BanditConfig, num_features: int,
+               run_seed: Optional[int] = None) -> Agent:
+  """The agent called `name` (one of bandits.config.AGENTS) for all of `config.seeds`."""
+  run_seed = derived_seed(*config.seeds) if run_seed is None else run_seed
+  if name in ("refined_ts", "vi_ts"):
+    return ThompsonAgent(config, num_features, run_seed, refined=name == "refined_ts")
+  if name == "eps_greedy":
+    return EpsilonGreedyAgent(config, num_features, run_seed)
+  raise ValueError(f"unknown agent {name!r}")

@@ -1,0 +1,78 @@
+"""Settings of the mushroom bandit run (paper Section 4.3, Figure 5); the binary's flags."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+from common.config import (NOTHING, Config, UsageError, data_dir_setting, download_setting,
+                           setting)
+
+AGENTS = ("refined_ts", "vi_ts", "eps_greedy")
+REWARD_MODELS = ("per_action", "action_input")
+
+
+@dataclasses.dataclass
+class BanditConfig(Config):
+  """One run: the listed agents, every seed at once (the seeds are a member axis)."""
+
+  agents: tuple[str, ...] = setting(
+      AGENTS, "Agents to run, one after another: refined_ts (Thompson sampling with refined "
+      "samples), vi_ts (with mean-field samples), eps_greedy (on the maximum-likelihood network, "
+      "one line per --epsilons value).", choices=AGENTS)
+  seeds: tuple[int, ...] = setting(
+      (0, 1, 2, 3, 4), "Seeds, run together as one vectorised computation. Seed s fixes the "
+      "environment stream (mushrooms shown, luck of poisonous ones), the same for every agent.",
+      minimum=0)
+  horizon: int = setting(5000, "Bandit steps (mushrooms shown) per seed.", minimum=1)
+  update_steps: int = setting(
+      500, "Adam steps that update each reward model after every observed reward (paper: 500).",
+      minimum=1)
+  refine_steps: int = setting(
+      500, "Adam steps refining q(a2 | a1) before each refined sample is used (paper: 500).",
+      minimum=1)
+  batch_size: int = setting(64, "Rewards per Adam step, drawn from the whole history (paper: 64).",
+                            minimum=1)
+  learning_rate: float = setting(1e-3, "Adam learning rate of the updates and of refinement.",
+                                 above=0)
+  num_thompson_samples: int = setting(
+      3, "Posterior samples whose predicted rewards are averaged to pick each action (paper: 3).",
+      minimum=1)
+  auxiliary_variance_fraction: float = setting(
+      0.7, "Prior variance of a1 as a fraction of the prior's (paper: w = a1 + a2, "
+      "p(a1) = N(0, 0.7), p(a2) = N(0, 0.3)).", above=0, below=1)
+  epsilons: tuple[float, ...] = setting(
+      (0.01, 0.05, 0.1), "Exploration rates of eps_greedy, each its own line.", minimum=0,
+      maximum=1)
+  hidden_units: int = setting(100, "Units of each hidden ReLU layer (paper: 100).", minimum=1)
+  num_hidden_layers: int = setting(2, "Hidden layers (paper: 2).", minimum=1)
+  prior_scale: float = setting(1.0, "Scale of the fixed N(0, s^2) prior on every weight "
+                               "(paper: standard Gaussian).", above=0)
+  reward_model: str = setting(
+      "per_action", "per_action: the context in, one predicted reward per action out (the deep "
+      "contextual bandits benchmark's networks); action_input: context and action in, one "
+      "predicted reward out (the paper's description).", choices=REWARD_MODELS)
+  initial_noise_scale: float = setting(
+      5.0, "Initial reward noise scale of the Gaussian likelihood; it is then learned as a point "
+      "estimate per network, like the UCI models' noise.", above=0.001)
+  initial_untransformed_posterior_scale: float = setting(
+      -5.0, "Initial softplus^-1 of the posterior scales (std 0.0067 at -5).")
+  regret_report_interval: int = setting(
+      1000, "results.json reports the cumulative regret every this many steps.", minimum=1)
+  steps_per_checkpoint: int = setting(
+      100, "Bandit steps between checkpoints (the run resumes from the last one).", minimum=1,
+      shapes=NOTHING)
+  data_dir: str = data_dir_setting("mushroom/agaricus-lepiota.data", "$REFINED_VI_DATA_DIR")
+  download: bool = download_setting()
+
+  def check(self) -> None:
+    for name in ("agents", "seeds", "epsilons"):
+      values = getattr(self, name)
+      if len(set(values)) != len(values):
+        raise UsageError(f"{name}={','.join(map(str, values))} repeats a value; allowed: "
+                         "distinct values")
+
+  @property
+  def resolved_data_dir(self) -> Optional[str]:
+    """--data_dir, else $REFINED_VI_DATA_DIR (CI and these machines), else None."""
+    return self.data_dir or os.environ.get("REFINED_VI_DATA_DIR") or None

@@ -1,0 +1,105 @@
+"""Figure 5 (cumulative regret against steps, mean +- std over seeds, one line per agent) and its
+table, from the regret records of one or more bandit runs.
+
+  python -m bandits.figure --run_dirs=results/bandits/mushroom --output_dir=results/bandits/mushroom
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from common.results import save_figure, write_text_atomically
+
+RECORD_FILENAME = "regret_{agent}.npz"
+FIGURE_FILENAME = "figure5_cumulative_regret.png"
+TABLE_FILENAME = "figure5_cumulative_regret.md"
+
+
+def draw_figure(records: Sequence, path: str, title: str = "Mushroom bandit") -> None:
+  """Cumulative expected regret of every line of `records` (RegretRecord), mean +- std."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+  figure, axes = pyplot.subplots(figsize=(6.4, 4.2))
+  for record in records:
+    cumulative = record.cumulative()
+    steps = np.arange(1, cumulative.shape[-1] + 1)
+    for index, name in enumerate(record.line_names):
+      mean, std = cumulative[:, index].mean(axis=0), cumulative[:, index].std(axis=0)
+      line, = axes.plot(steps, mean, label=name)
+      axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+  seeds = sorted({seed for record in records for seed in record.seeds})
+  axes.set_xlabel("step")
+  axes.set_ylabel("cumulative expected regret")
+  axes.set_title(f"{title} ({len(seeds)} seeds, mean ± std)")
+  axes.legend()
+  axes.grid(alpha=0.3)
+  save_figure(figure, path)
+  pyplot.close(figure)
+
+
+def regret_table(records: Sequence, report_interval: int) -> str:
+  """Markdown: cumulative expected regret (mean ± std over seeds) of every line at every
+  `report_interval` steps, and the final realised regret."""
+  horizon = max(record.expected_regret.shape[-1] for record in records)
+  steps = list(range(report_interval, horizon + 1, report_interval))
+  if not steps or steps[-1] != horizon:
+    steps.append(horizon)
+  header = ["agent"] + [f"{step:,}" for step in steps] + ["realised, final"]
+  rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for record in records:
+    expected, realised = record.cumulative(), record.cumulative(realised=True)
+    for index, name in enumerate(record.line_names):
+      cells = [name]
+      for step in steps:
+        if step <= expected.shape[-1]:
+          values = expected[:, index, step - 1]
+          cells.append(f"{values.mean():,.0f} ± {values.std():,.0f}")
+        else:
+          cells.append("")
+      cells.append(f"{realised[:, index, -1].mean():,.0f}")
+      rows.append("| " + " | ".join(cells) + " |")
+  return "\n".join(rows) + "\n"
+
+
+def write_figure_and_table(records: Sequence, output_dir: str, report_interval: int) -> None:
+  draw_figure(records, os.path.join(output_dir, FIGURE_FILENAME))
+  write_text_atomically(os.path.join(output_dir, TABLE_FILENAME),
+                        regret_table(records, report_interval))
+
+
+def records_in(run_dirs: Sequence[str]) -> list:
+  """The regret records of the runs in `run_dirs`, in the order the agents are listed."""
+  from bandits.config import AGENTS  # pylint: disable=import-outside-toplevel
+  from bandits.interaction import RegretRecord  # pylint: disable=import-outside-toplevel
+  records = []
+  for agent in AGENTS:
+    for run_dir in run_dirs:
+      path = os.path.join(run_dir, RECORD_FILENAME.format(agent=agent))
+      if os.path.exists(path):
+        records.append(RegretRecord.load(path))
+  return records
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from common.cli import UsageError  # pylint: disable=import-outside-toplevel
+  records = records_in(flags.FLAGS.run_dirs)
+  if not records:
+    raise UsageError(f"no regret_<agent>.npz in --run_dirs={','.join(flags.FLAGS.run_dirs)}")
+  os.makedirs(flags.FLAGS.output_dir, exist_ok=True)
+  write_figure_and_table(records, flags.FLAGS.output_dir, flags.FLAGS.report_interval)
+  print(regret_table(records, flags.FLAGS.report_interval), end="")
+
+
+if __name__ == "__main__":
+  from absl import flags as absl_flags
+  from common import cli
+  absl_flags.DEFINE_list("run_dirs", None, "Bandit run directories (output_dir of bandits.main).",
+                         required=True)
+  absl_flags.DEFINE_string("output_dir", None, "Where the figure and table go.", required=True)
+  absl_flags.DEFINE_integer("report_interval", 1000, "Table columns every this many steps.")
+  cli.run(main)

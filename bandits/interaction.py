@@ -1,0 +1,142 @@
+"""An agent's interaction with the environment stream: the bandit loop, its checkpoints and the
+regret record it leaves.
+
+Each step shows every seed's mushroom, asks the agent for actions, pays the
+rewards and lets the agent observe them. The loop resumes from the agent's
+last checkpoint (model, optimiser, history, random-stream counters and the
+record so far), so a killed run continues exactly where it stopped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from auxiliary_sampling.progress import ProgressLog
+from bandits import mushroom
+from bandits.agents import Agent
+from bandits.config import BanditConfig
+from baselines.checkpoint_settings import claim_checkpoint_dir
+
+
+@dataclasses.dataclass
+class RegretRecord:
+  """What happened, [seeds, lines, steps]: actions, realised rewards, and per-step regrets
+  against the omniscient agent (expected: the luck of poisonous mushrooms averaged out)."""
+  line_names: list[str]
+  seeds: list[int]
+  actions: np.ndarray
+  rewards: np.ndarray
+  expected_regret: np.ndarray
+  realised_regret: np.ndarray
+  seconds: float
+
+  def cumulative(self, realised: bool = False) -> np.ndarray:
+    return np.cumsum(self.realised_regret if realised else self.expected_regret, axis=-1)
+
+  def metrics(self, report_interval: int) -> Mapping[str, dict]:
+    """Per line: final cumulative regret (mean and std over seeds, and per seed), realised regret,
+    the regret every `report_interval` steps, and the fraction of mushrooms eaten."""
+    expected, realised = self.cumulative(), self.cumulative(realised=True)
+    horizon = expected.shape[-1]
+    report_steps = list(range(report_interval, horizon + 1, report_interval))
+    if not report_steps or report_steps[-1] != horizon:
+      report_steps.append(horizon)
+    lines = {}
+    for index, name in enumerate(self.line_names):
+      lines[name] = {
+          "cumulative_regret": float(np.mean(expected[:, index, -1])),
+          "cumulative_regret_std": float(np.std(expected[:, index, -1])),
+          "cumulative_regret_per_seed": [float(v) for v in expected[:, index, -1]],
+          "cumulative_realised_regret": float(np.mean(realised[:, index, -1])),
+          "regret_at_steps": {str(step): float(np.mean(expected[:, index, step - 1]))
+                              for step in report_steps},
+          "eat_fraction": float(np.mean(self.actions[:, index] == mushroom.EAT)),
+      }
+    return lines
+
+  def save(self, path: str) -> None:
+    """Writes the record as a compressed .npz, atomically."""
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as handle:
+      np.savez_compressed(handle, line_names=np.array(self.line_names), seeds=np.array(self.seeds),
+                          actions=self.actions.astype(np.int8), rewards=self.rewards,
+                          expected_regret=self.expected_regret.astype(np.float32),
+                          realised_regret=self.realised_regret.astype(np.float32),
+                          seconds=np.float64(self.seconds))
+    os.replace(temporary, path)
+
+  @classmethod
+  def load(cls, path: str) -> "RegretRecord":
+    with np.load(path) as saved:
+      return cls(line_names=[str(n) for n in saved["line_names"]],
+                 seeds=[int(s) for s in saved["seeds"]], actions=saved["actions"],
+                 rewards=saved["rewards"], expected_regret=saved["expected_regret"],
+                 realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]))
+
+
+class _CheckpointedRecord(tf.Module):
+  """The loop's own state in the checkpoint: step, record so far, wall time."""
+
+  def __init__(self, num_seeds: int, num_lines: int, horizon: int):
+    super().__init__(name="record")
+    shape = [num_seeds, num_lines, horizon]
+    self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+    self.actions = tf.Variable(tf.zeros(shape, tf.int32), trainable=False)
+    self.rewards = tf.Variable(tf.zeros(shape), trainable=False)
+
+
+def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.EnvironmentStream,
+             config: BanditConfig, checkpoint_dir: str) -> RegretRecord:
+  """Runs `agent` over the stream to the horizon, resuming from and saving to `checkpoint_dir`."""
+  claim_checkpoint_dir(checkpoint_dir, dict(config.identity(), agent=agent.name),
+                       config.replace_mismatched)
+  num_seeds, horizon = len(config.seeds), config.horizon
+  lines = len(agent.line_names)
+  record = _CheckpointedRecord(num_seeds, lines, horizon)
+  checkpoint = tf.train.Checkpoint(agent=agent, record=record)
+  manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=1)
+  if manager.latest_checkpoint:
+    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    logging.info("%s: resumed at step %d from %s", agent.name, int(record.step.numpy()),
+                 manager.latest_checkpoint)
+  actions, rewards = record.actions.numpy(), record.rewards.numpy()
+  start = int(record.step.numpy())
+  progress = ProgressLog(agent.name, horizon, start, value_name="mean cumulative regret")
+  started, seconds_before = time.perf_counter(), float(record.seconds.numpy())
+  edible_rows = mushrooms.edible[stream.rows]
+  contexts_of = tf.constant(mushrooms.contexts)
+  for step in range(start, horizon):
+    contexts = tf.gather(contexts_of, stream.rows[:, step])
+    chosen = agent.choose(contexts, tf.constant(step, tf.int64)).numpy()
+    paid = mushroom.rewards(edible_rows[:, step, None], stream.unlucky[:, step, None], chosen)
+    agent.observe(contexts, tf.constant(chosen), tf.constant(paid))
+    actions[:, :, step], rewards[:, :, step] = chosen, paid
+    done = step + 1
+    if done % config.steps_per_checkpoint == 0 or done == horizon:
+      record.actions.assign(actions)
+      record.rewards.assign(rewards)
+      record.step.assign(done)
+      record.seconds.assign(seconds_before + time.perf_counter() - started)
+      manager.save(checkpoint_number=done)
+      expected = _expected_regret(edible_rows[:, None, :done], actions[:, :, :done])
+      progress.log(done, float(np.mean(np.sum(expected, axis=-1))))
+  edible = edible_rows[:, None, :]
+  expected_regret = _expected_regret(edible, actions)
+  optimal_reward = mushroom.expected_rewards(edible, mushroom.optimal_actions(edible))
+  return RegretRecord(line_names=agent.line_names, seeds=list(config.seeds), actions=actions,
+                      rewards=rewards, expected_regret=expected_regret,
+                      realised_regret=optimal_reward - rewards,
+                      seconds=float(record.seconds.numpy()))
+
+
+def _expected_regret(edible: np.ndarray, actions: np.ndarray) -> np.ndarray:
+  """The omniscient agent's expected reward minus that of `actions`, per step."""
+  return (mushroom.expected_rewards(edible, mushroom.optimal_actions(edible))
+          - mushroom.expected_rewards(edible, actions))
