@@ -34,8 +34,8 @@ from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
-from bandits.mushroom import NUM_ACTIONS
-from baselines.deep_ensemble import MemberDense
+from bandits.mushroom import NUM_ACTIONS, NUM_FEATURES
+from baselines.deep_ensemble import MemberDense, independent_member_initializer
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 
 # Stream identifiers mixed into the run seed.
@@ -85,23 +85,31 @@ class RewardModel(tf_keras.layers.Layer):
                      for action in range(NUM_ACTIONS)], axis=-1)
 
 
-def reward_model(config: BanditConfig, num_members: int, bayesian: bool,
-                 seed: int) -> RewardModel:
+def reward_model(config: BanditConfig, num_members: int, bayesian: bool, seed: int,
+                 num_features: int = NUM_FEATURES) -> RewardModel:
   """The paper's network: `num_hidden_layers` of `hidden_units` ReLU units, mean-field Gaussian
-  weights under a fixed N(0, prior_scale^2) prior (`bayesian`) or point weights."""
+  weights under a fixed N(0, prior_scale^2) prior (`bayesian`) or point weights.
+
+  Every member's kernels (posterior means) are drawn He-normal from their own seed, as separate
+  networks would be; so a model is the same whenever it is built from the same seed.
+  """
   outputs = NUM_ACTIONS if config.reward_model == "per_action" else 1
+  inputs = num_features + (config.reward_model == "action_input")
   widths = [config.hidden_units] * config.num_hidden_layers + [outputs]
   activations = ["relu"] * config.num_hidden_layers + [None]
-  if bayesian:
-    layers = [DenseReparameterization(
-        units, activation=activation, num_members=num_members, prior_scale=config.prior_scale,
-        trainable_prior_scale=False,
-        untransformed_scale_init=config.initial_untransformed_posterior_scale)
-        for units, activation in zip(widths, activations)]
-  else:
-    layers = [MemberDense(units, num_members, activation=activation,
-                          seed=derived_seed(seed, index))
-              for index, (units, activation) in enumerate(zip(widths, activations))]
+  layers = []
+  for index, (fan_in, units, activation) in enumerate(zip([inputs] + widths, widths,
+                                                          activations)):
+    if bayesian:
+      initializer = independent_member_initializer(
+          tf_keras.initializers.HeNormal(), derived_seed(seed, index), [fan_in, units])
+      layers.append(DenseReparameterization(
+          units, activation=activation, num_members=num_members, kernel_initializer=initializer,
+          prior_scale=config.prior_scale, trainable_prior_scale=False,
+          untransformed_scale_init=config.initial_untransformed_posterior_scale))
+    else:
+      layers.append(MemberDense(units, num_members, activation=activation,
+                                seed=derived_seed(seed, index)))
   noise = HomoscedasticNoise(num_members=num_members, initial_scale=config.initial_noise_scale)
   return RewardModel(layers, noise, config.reward_model)
 
@@ -136,7 +144,7 @@ class Agent(tf.Module):
     self.num_members = self.num_seeds * num_variants
     self.run_seed = run_seed
     self.model = reward_model(config, self.num_members, bayesian,
-                              derived_seed(run_seed, _MODEL_STREAM))
+                              derived_seed(run_seed, _MODEL_STREAM), num_features)
     self.model(tf.zeros([self.num_members, 1, num_features + 1]))
     if bayesian:
       seed_member_streams(self.model, derived_seed(run_seed, _MODEL_STREAM), self.num_members)
@@ -188,7 +196,8 @@ class ThompsonAgent(Agent):
       return
     samples = config.num_thompson_samples
     self.num_samples = self.num_members * samples
-    self.samples = reward_model(config, self.num_samples, True, 0)
+    # Its initial values never matter: every refinement starts from a copy of the model.
+    self.samples = reward_model(config, self.num_samples, True, 0, num_features)
     self.samples(tf.zeros([self.num_samples, 1, num_features + 1]))
     seed_member_streams(self.samples, derived_seed(run_seed, _REFINED_STREAM), self.num_samples)
     self.auxiliary_noise = MemberNoise(self.num_samples, name="auxiliary_noise",

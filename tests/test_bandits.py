@@ -1,0 +1,241 @@
+"""The mushroom bandit: environment, learning from growing per-member histories, the agents, and the
+binary end to end (resume after a kill, bad input)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.model_parameters import mean_field_parameters
+from auxiliary_sampling.refine import load_trained_state
+from bandits import main as bandit_main
+from bandits import mushroom
+from bandits.agents import make_agent, reward_model
+from bandits.config import BanditConfig
+from bandits.interaction import interact
+from baselines.gaussian_head import gaussian_head_log_likelihood
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+needs_mushrooms = pytest.mark.skipif(
+    not os.path.exists(os.path.join(DATA, mushroom.RELATIVE_PATH)),
+    reason="the offline mushroom file is not here")
+TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
+            epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
+            data_dir=DATA, download=False)
+
+
+@pytest.fixture(scope="module")
+def mushrooms():
+  return mushroom.load(DATA, download_allowed=False)
+
+
+@needs_mushrooms
+def test_encoding_is_the_benchmarks_one_hot_of_all_22_attributes(mushrooms):
+  assert mushrooms.contexts.shape == (8124, 117)
+  np.testing.assert_array_equal(mushrooms.contexts.sum(axis=1), 22)   # one value per attribute
+  assert mushrooms.edible.sum() == 4208                              # UCI: 4208 e, 3916 p
+  # Every value that occurs is a column that is used (pandas.get_dummies keeps only those).
+  assert np.all(mushrooms.contexts.sum(axis=0) > 0)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("e,x,s,n,t,p,f,c,n,k,e,e,s,s,w,w,p,w,o,p,k,s", "22 fields"),
+    ("e,x,s,n,t,p,f,c,n,k,e,e,s,s,w,w,p,w,o,p,k,s,u,u", "24 fields"),
+    ("e,x,s,n,t,p,f,c,n,k,e,e,s,s,w,w,p,w,o,p,k,s,Q", "column 23: unknown category 'Q'"),
+    ("x,x,s,n,t,p,f,c,n,k,e,e,s,s,w,w,p,w,o,p,k,s,u", "column 1: unknown category 'x'"),
+])
+def test_a_corrupt_file_names_its_line(tmp_path, line, message):
+  path = tmp_path / "agaricus-lepiota.data"
+  path.write_text("p,x,s,n,t,p,f,c,n,k,e,e,s,s,w,w,p,w,o,p,k,s,u\n" + line + "\n")
+  with pytest.raises(ValueError, match="line 2") as raised:
+    mushroom.parse(str(path))
+  assert message in str(raised.value)
+
+
+def test_rewards_regrets_and_the_omniscient_agent():
+  edible = np.array([True, True, False, False])
+  unlucky = np.array([False, True, False, True])
+  eat = np.full(4, mushroom.EAT)
+  np.testing.assert_array_equal(mushroom.rewards(edible, unlucky, eat), [5, 5, 5, -35])
+  np.testing.assert_array_equal(mushroom.rewards(edible, unlucky, 1 - eat), [0, 0, 0, 0])
+  np.testing.assert_array_equal(mushroom.expected_rewards(edible, eat), [5, 5, -15, -15])
+  np.testing.assert_array_equal(mushroom.optimal_actions(edible), [1, 1, 0, 0])
+  # The luck of poisonous mushrooms averages to the expected reward (Monte Carlo, 200k draws).
+  stream = mushroom.EnvironmentStream.draw(np.array([3]), 200_000, num_mushrooms=10)
+  realised = mushroom.rewards(np.zeros(200_000, bool), stream.unlucky[0], np.ones(200_000, int))
+  assert realised.mean() == pytest.approx(mushroom.EXPECTED_REWARD_POISONOUS, abs=0.3)
+
+
+def test_a_seeds_stream_does_not_depend_on_the_other_seeds():
+  """Catches seeding the environment from the seed list: a seed's mushrooms would change when
+  seeds are added, and every agent of that seed must meet the same stream."""
+  alone = mushroom.EnvironmentStream.draw(np.array([4]), 50, 8124)
+  together = mushroom.EnvironmentStream.draw(np.array([0, 4, 9]), 50, 8124)
+  np.testing.assert_array_equal(alone.rows[0], together.rows[1])
+  np.testing.assert_array_equal(alone.unlucky[0], together.unlucky[1])
+  assert not np.array_equal(together.rows[0], together.rows[1])
+
+
+def _point_model(members: int):
+  config = BanditConfig(hidden_units=8, num_hidden_layers=1, initial_noise_scale=1.0)
+  model = reward_model(config, members, bayesian=False, seed=1, num_features=3)
+  model(tf.zeros([members, 1, 4]))
+  return model
+
+
+def test_each_member_learns_from_its_own_group_and_only_the_filled_rows():
+  """Catches a grouped gather that mixes members' histories, and batches drawn beyond the
+  history's count (the empty rows hold a reward of 1e3 here, which would dominate)."""
+  members, groups, capacity = 4, 2, 40
+  rewards = np.full([groups, capacity, 1], 1e3, np.float32)
+  rewards[0, :10], rewards[1, :10] = 2.0, -3.0
+  inputs = np.zeros([groups, capacity, 4], np.float32)
+  inputs[..., -1] = 1.0   # action "eat" throughout
+  count = tf.Variable(10, dtype=tf.int64)
+  model = _point_model(members)
+  maximizer = ElboMaximizer(model, tf.Variable(inputs), tf.Variable(rewards),
+                            gaussian_head_log_likelihood, model.trainable_variables, batch_size=8,
+                            kl_fn=lambda: tf.zeros([members]), member_batches=members,
+                            grouped_data=True, num_examples=count)
+  maximizer.maximize(1500, 0.01)
+  predicted = model(tf.constant(inputs[:, :1].repeat(2, axis=0)))[:, 0, 0].numpy()
+  np.testing.assert_allclose(predicted, [2.0, 2.0, -3.0, -3.0], atol=0.2)
+
+
+def test_refinement_members_copy_their_seed_member():
+  """S trained members go into r * S members, member m copying member m // r."""
+  config = BanditConfig(hidden_units=5, num_hidden_layers=1)
+  source = reward_model(config, 2, bayesian=True, seed=0, num_features=3)
+  target = reward_model(config, 6, bayesian=True, seed=1, num_features=3)
+  for model in (source, target):
+    model(tf.zeros([model.noise.num_members, 1, 4]))
+  for parameter in mean_field_parameters(source):
+    parameter.posterior_loc.assign(tf.random.normal(parameter.posterior_loc.shape, seed=2))
+  load_trained_state(source, target)
+  for copied, original in zip(mean_field_parameters(target), mean_field_parameters(source)):
+    np.testing.assert_array_equal(copied.posterior_loc.numpy(),
+                                  np.repeat(original.posterior_loc.numpy(), 3, axis=0))
+
+
+@needs_mushrooms
+def test_refined_thompson_sampling_refines_a_copy_and_leaves_q_alone(mushrooms):
+  """Catches refinement that writes into the mean-field model (the paper discards each refined
+  sample), and a refinement that does not move its copy or condition the prior on a1."""
+  config = BanditConfig(**TINY)
+  agent = make_agent("refined_ts", config, mushroom.NUM_FEATURES)
+  contexts = tf.constant(mushrooms.contexts[:2])
+  for step in range(3):
+    actions = agent.choose(contexts, tf.constant(step, tf.int64))
+    agent.observe(contexts, actions, tf.constant([[5.0], [-35.0]]))
+  before = [v.numpy() for v in agent.model.trainable_variables]
+  agent.choose(contexts, tf.constant(3, tf.int64))
+  for variable, value in zip(agent.model.trainable_variables, before):
+    np.testing.assert_array_equal(variable.numpy(), value)
+  samples, trained = mean_field_parameters(agent.samples), mean_field_parameters(agent.model)
+  for sample, parameter in zip(samples, trained):
+    np.testing.assert_allclose(sample.remaining_prior_fraction.numpy(), 0.3, rtol=1e-6)
+    conditional = np.repeat(parameter.posterior_loc.numpy(), 3, axis=0)
+    assert not np.allclose(sample.posterior_loc.numpy(), conditional)
+  assert agent.history.count.numpy() == 3
+
+
+@needs_mushrooms
+def test_epsilon_one_explores_uniformly_and_zero_never(mushrooms):
+  config = BanditConfig(**dict(TINY, seeds=tuple(range(40))))
+  agent = make_agent("eps_greedy", config, mushroom.NUM_FEATURES)
+  contexts = tf.constant(mushrooms.contexts[:40])
+  greedy = agent.model.action_means(
+      tf.repeat(contexts, 2, axis=0)[:, tf.newaxis])[:, 0].numpy().argmax(-1).reshape(40, 2)
+  chosen = np.stack([agent.choose(contexts, tf.constant(step, tf.int64)).numpy()
+                     for step in range(25)])
+  np.testing.assert_array_equal(chosen[:, :, 0], np.broadcast_to(greedy[:, 0], (25, 40)))
+  assert 0.4 < np.mean(chosen[:, :, 1]) < 0.6
+
+
+@needs_mushrooms
+def test_binary_writes_figure_table_and_results(tmp_path):
+  metrics = bandit_main.train_and_evaluate(BanditConfig(**TINY), str(tmp_path))
+  recorded = json.loads((tmp_path / "results.json").read_text())
+  lines = ["refined_ts", "vi_ts", "eps_greedy_0", "eps_greedy_1"]
+  assert sorted(recorded["metrics"]["cumulative_regret"]) == sorted(lines)
+  assert recorded["metrics"]["seeds"] == [0, 1]
+  for line in lines:
+    per_seed = metrics["cumulative_regret_per_seed"][line]
+    assert metrics["cumulative_regret"][line] == pytest.approx(np.mean(per_seed))
+    assert list(metrics["regret_at_steps"][line]) == ["5", "10", "12"]
+    assert 0 <= metrics["cumulative_regret"][line] <= 12 * 15
+  for name in ("figure5_cumulative_regret.png", "figure5_cumulative_regret.md",
+               "regret_refined_ts.npz"):
+    assert (tmp_path / name).exists()
+  assert "| refined_ts |" in (tmp_path / "figure5_cumulative_regret.md").read_text()
+
+
+class _Killed(Exception):
+  pass
+
+
+@needs_mushrooms
+@pytest.mark.parametrize("agent_name", ["refined_ts", "eps_greedy"])
+def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name):
+  """Catches a checkpoint that misses part of the state (history, optimiser moments, the noise
+  and batch counters, the record): the resumed run would diverge from the uninterrupted one."""
+  config = BanditConfig(**TINY)
+  stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), config.horizon, 8124)
+  whole = interact(make_agent(agent_name, config, mushroom.NUM_FEATURES), mushrooms, stream,
+                   config, str(tmp_path / "whole"))
+  agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+  observe, calls = agent.observe, []
+
+  def observe_then_die(*args):
+    calls.append(1)
+    if len(calls) == 8:     # after the checkpoint at step 5, before the one at 10
+      raise _Killed
+    return observe(*args)
+  agent.observe = observe_then_die
+  with pytest.raises(_Killed):
+    interact(agent, mushrooms, stream, config, str(tmp_path / "killed"))
+  resumed = interact(make_agent(agent_name, config, mushroom.NUM_FEATURES), mushrooms, stream,
+                     config, str(tmp_path / "killed"))
+  np.testing.assert_array_equal(resumed.actions, whole.actions)
+  np.testing.assert_array_equal(resumed.rewards, whole.rewards)
+  assert whole.actions.std() > 0   # a run that never varies would pass trivially
+
+
+def _run(*flags):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.run([sys.executable, "-m", "bandits.main", *flags], cwd=REPO,
+                        capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("flags, status, message", [
+    (["--agents=thompson"], 2, "agents='thompson' is not allowed"),
+    (["--epsilons=0.1,1.5"], 2, "epsilons=1.5 is out of range"),
+    (["--horizon=0"], 2, "horizon=0 is out of range"),
+    (["--update_steps=0"], 2, "update_steps=0 is out of range"),
+])
+def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
+  completed = _run(f"--output_dir={tmp_path}", *flags)
+  assert completed.returncode == status
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+  assert not (tmp_path / "results.json").exists()
+
+
+def test_a_corrupt_mushroom_file_is_a_runtime_error_without_results(tmp_path):
+  """A local copy is checksummed before it is parsed: a truncated file stops the run in one line
+  (`mushroom.parse`'s own checks name the line of a file that passes, see above)."""
+  data = tmp_path / "data" / "mushroom"
+  data.mkdir(parents=True)
+  (data / "agaricus-lepiota.data").write_text("e,x,s\n")
+  output = tmp_path / "out"
+  completed = _run(f"--output_dir={output}", f"--data_dir={tmp_path / 'data'}", "--nodownload",
+                   "--horizon=2")
+  assert completed.returncode == 1
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and "checksum mismatch" in lines[0]
+  assert not (output / "results.json").exists()
