@@ -44,9 +44,8 @@ def regret_table(records: Sequence, report_interval: int) -> str:
   """Markdown: cumulative expected regret (mean ± std over seeds) of every line at every
   `report_interval` steps, and the final realised regret."""
   horizon = max(record.expected_regret.shape[-1] for record in records)
-  steps = list(range(report_interval, horizon + 1, report_interval))
-  if not steps or steps[-1] != horizon:
-    steps.append(horizon)
+  from bandits.interaction import reported_steps  # pylint: disable=import-outside-toplevel
+  steps = reported_steps(horizon, report_interval)
   header = ["agent"] + [f"{step:,}" for step in steps] + ["realised, final"]
   rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for record in records:

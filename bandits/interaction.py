@@ -24,6 +24,12 @@ from bandits.config import BanditConfig
 from baselines.checkpoint_settings import claim_checkpoint_dir
 
 
+def reported_steps(horizon: int, report_interval: int) -> list[int]:
+  """Every `report_interval`-th step, and the horizon."""
+  steps = list(range(report_interval, horizon + 1, report_interval))
+  return steps if steps and steps[-1] == horizon else steps + [horizon]
+
+
 @dataclasses.dataclass
 class RegretRecord:
   """What happened, [seeds, lines, steps]: actions, realised rewards, and per-step regrets
@@ -44,9 +50,7 @@ class RegretRecord:
     the regret every `report_interval` steps, and the fraction of mushrooms eaten."""
     expected, realised = self.cumulative(), self.cumulative(realised=True)
     horizon = expected.shape[-1]
-    report_steps = list(range(report_interval, horizon + 1, report_interval))
-    if not report_steps or report_steps[-1] != horizon:
-      report_steps.append(horizon)
+    report_steps = reported_steps(horizon, report_interval)
     lines = {}
     for index, name in enumerate(self.line_names):
       lines[name] = {
