@@ -36,14 +36,17 @@ def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial
   the whole training set), the staircase itself as a step line.
   """
   plt = _pyplot()
-  steps = np.arange(1, len(trace) + 1)
   figure, axis = plt.subplots(figsize=(7, 3.6))
-  for member in range(trace.shape[1]):
-    axis.plot(steps, trace[:, member], color="C0", alpha=0.15, linewidth=0.6)
-  window = min(_SMOOTHING_WINDOW, max(len(trace), 1))
-  smoothed = np.convolve(trace.mean(axis=1), np.ones(window) / window, mode="valid")
-  axis.plot(steps[window - 1:], smoothed, color="C0",
-            label=f"mean over members ({window}-step average)")
+  plotted = [np.array([initial_elbo, elbo_aux])]
+  if len(trace):
+    steps = np.arange(1, len(trace) + 1)
+    for member in range(trace.shape[1]):
+      axis.plot(steps, trace[:, member], color="C0", alpha=0.15, linewidth=0.6)
+    window = min(_SMOOTHING_WINDOW, len(trace))
+    smoothed = np.convolve(trace.mean(axis=1), np.ones(window) / window, mode="valid")
+    axis.plot(steps[window - 1:], smoothed, color="C0",
+              label=f"mean over members ({window}-step average)")
+    plotted.append(np.percentile(trace, [2, 100]))
   if steps_per_auxiliary:
     for boundary in range(0, len(trace), steps_per_auxiliary):
       axis.axvline(boundary + 0.5, color="grey", linestyle="--", linewidth=0.7)
@@ -51,13 +54,16 @@ def plot_elbo_aux_staircase(trace: np.ndarray, steps_per_auxiliary: int, initial
                label=f"VI ELBO {initial_elbo:.1f} (the refinement's M draws)")
   axis.axhline(elbo_aux, color="C2", label=f"final ELBO_aux {elbo_aux:.1f}")
   if stage_means is not None:
-    boundaries = np.arange(len(stage_means)) * steps_per_auxiliary
+    # Without optimisation steps (the authors' image setting) the stages sit one x-unit apart.
+    boundaries = np.arange(len(stage_means)) * max(steps_per_auxiliary, 1)
     axis.step(boundaries, stage_means, where="pre", color="k", marker="o", markersize=3,
               linewidth=1.2, label="whole-training-set ELBO_aux reached by each stage")
-  low, high = np.percentile(trace, [2, 100])
+    plotted.append(np.asarray(stage_means))
+  low, high = min(map(np.min, plotted)), max(map(np.max, plotted))
   margin = 0.1 * (high - low + 1e-9)
-  axis.set_ylim(min(low, initial_elbo) - margin, max(high, elbo_aux) + margin)
-  axis.set_xlabel("refinement step (dashed: a new auxiliary variable is sampled)")
+  axis.set_ylim(low - margin, high + margin)
+  axis.set_xlabel("refinement step (dashed: a new auxiliary variable is sampled)"
+                  if steps_per_auxiliary else "auxiliary variable (no optimisation steps)")
   axis.set_ylabel("ELBO_aux (minibatch estimate)")
   axis.set_title(title)
   axis.legend(loc="lower right", fontsize=8)
