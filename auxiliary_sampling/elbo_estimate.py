@@ -1,6 +1,8 @@
 """Whole-dataset ELBO estimates, one per member, as refinement reports them (paper Eqs. 4, 13)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
@@ -10,9 +12,31 @@ from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import weight_noise_scope
 
 
+@dataclasses.dataclass(frozen=True)
+class ElboTerms:
+  """The two terms of a whole-dataset ELBO, one value per member (float64)."""
+
+  expected_log_likelihood: np.ndarray   # sum_n E_q log p(y_n | x_n, w)
+  kl: np.ndarray                        # KL(q || p(. | a_1..k)) of the model as it stands
+
+  @property
+  def elbo(self) -> np.ndarray:
+    return self.expected_log_likelihood - self.kl
+
+
 def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
                   batch_size: int = 1024, num_samples: int = 1) -> np.ndarray:
-  """Whole-dataset ELBO, sum_n E_q log p(y_n | x_n, w) - KL, one value per member.
+  """Whole-dataset ELBO, sum_n E_q log p(y_n | x_n, w) - KL, one value per member."""
+  return estimate_elbo_terms(model, inputs, labels, log_likelihood_fn, batch_size,
+                             num_samples).elbo
+
+
+def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
+                        batch_size: int = 1024, num_samples: int = 1) -> ElboTerms:
+  """The whole-dataset ELBO's expected log-likelihood and KL, one value per member.
+
+  Apart, they say what a change of the ELBO is made of: a better fit of the
+  data or a posterior closer to its prior (paper Eq. 4).
 
   The expected log-likelihood of every example is estimated with `num_samples`
   independent posterior draws (per_example weight noise: local
@@ -25,8 +49,8 @@ def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikeli
   inputs, labels = check_data(inputs, labels)
   summed = _summed_log_likelihood(model, inputs, labels, log_likelihood_fn, batch_size,
                                   num_samples)
-  expected_log_likelihood = summed.numpy() / num_samples
-  return expected_log_likelihood - model_kl(model).numpy().astype(np.float64)
+  return ElboTerms(expected_log_likelihood=summed.numpy() / num_samples,
+                   kl=model_kl(model).numpy().astype(np.float64))
 
 
 @tf.function(reduce_retracing=True)

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
@@ -284,9 +284,10 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
                           elbo_num_samples) - cumulative_log_ratio)
       stage_seconds += time.perf_counter() - measured
   refine_seconds = time.perf_counter() - optimise_started - stage_seconds
-  final_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
-                             elbo_num_samples)
-  elbo_aux = final_elbo - cumulative_log_ratio
+  final_terms = estimate_elbo_terms(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
+                                    elbo_num_samples)
+  kl_aux = final_terms.kl + cumulative_log_ratio
+  elbo_aux = final_terms.expected_log_likelihood - kl_aux
   trace = np.concatenate(traces) if traces else np.zeros([0, num_samples], np.float32)
   timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
   if stage_elbo_aux:
@@ -294,4 +295,5 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   return RefinementResult(
       model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo, log_ratios=np.stack(log_ratios),
       trace=trace, learning_rates=list(learning_rates), timings=timings,
-      stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None)
+      stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None,
+      expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux)

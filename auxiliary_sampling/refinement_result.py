@@ -28,6 +28,10 @@ class RefinementResult:
   timings: dict[str, float]
   stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] refine(): whole-data ELBO_aux per stage
   samples: Optional[dict[str, np.ndarray]] = None   # refine_non_gaussian(): block -> [M, *event]
+  # refine(): ELBO_aux's terms, [M] each: sum_n E_q log p(y_n | x_n, w) under the refined
+  # q_K(w | a_1..K), and KL(q_K || p(w | a_1..K)) plus the log ratios (elbo_aux = their difference).
+  expected_log_likelihood: Optional[np.ndarray] = None
+  kl_aux: Optional[np.ndarray] = None
 
   @property
   def elbo_aux_estimate(self) -> float:

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.elbo_estimate import estimate_elbo_terms
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
@@ -83,8 +83,12 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
       timings["extra_train_seconds"] = extended.train_seconds - training.train_seconds
     # The steps taken, read off the trainer, not the steps asked for.
     metrics["total_vi_steps"] = int(trainer.step.numpy())
-  metrics["elbo"] = float(estimate_elbo(model, inputs, labels, log_likelihood_fn,
-                                        num_samples=config.elbo_num_samples))
+  # The ELBO and its two terms, so that a change of the bound says what it is made of.
+  terms = estimate_elbo_terms(model, inputs, labels, log_likelihood_fn,
+                              num_samples=config.elbo_num_samples)
+  metrics.update(elbo=float(terms.elbo),
+                 elbo_expected_log_likelihood=float(terms.expected_log_likelihood),
+                 elbo_kl=float(terms.kl))
   refinement = None
   if method == "refined_vi":
     penalty_fn = None
@@ -102,6 +106,8 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
         input_transform=input_transform)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
+    metrics["elbo_aux_expected_log_likelihood"] = float(np.mean(refinement.expected_log_likelihood))
+    metrics["elbo_aux_kl"] = float(np.mean(refinement.kl_aux))
     metrics["elbo_start_members"] = refinement.initial_elbo_estimate
     timings["refine_seconds"] = refinement.timings["refine_seconds"]
     timings["refine_total_seconds"] = refinement.timings["total_seconds"]

@@ -43,10 +43,15 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   assert {"train_seconds", "evaluate_seconds", "total_seconds"} <= set(results["timings"])
   if method in VI_FAMILY:
     assert metrics["elbo"] < 0
+    assert metrics["elbo"] == pytest.approx(
+        metrics["elbo_expected_log_likelihood"] - metrics["elbo_kl"], rel=1e-9)
+    assert metrics["elbo_kl"] > 0 > metrics["elbo_expected_log_likelihood"]
   if method == "vi_equal_compute":
     assert metrics["total_vi_steps"] == 150 + 3 * 3 * 20
   if method == "refined_vi":
     assert metrics["elbo_aux"] > metrics["elbo"]
+    assert metrics["elbo_aux"] == pytest.approx(
+        metrics["elbo_aux_expected_log_likelihood"] - metrics["elbo_aux_kl"], rel=1e-9)
     trace = pd.read_csv(tmp_path / figures.TRACE_FILENAME)
     assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
     assert [c for c in trace.columns if c.startswith("member_")
@@ -214,5 +219,10 @@ def test_refinement_without_optimisation_steps(tmp_path):
   # of 60,000 weights by far more.)
   assert np.ptp(stages.elbo_aux_mean) < 1e-4 * abs(metrics["elbo"])
   assert metrics["elbo_aux"] == pytest.approx(metrics["elbo"], rel=1e-4)
+  # And so does each of its terms: the fit and the KL (chain rule: the log ratios and the
+  # conditional KL add up to the mean-field KL).
+  assert metrics["elbo_aux_expected_log_likelihood"] == pytest.approx(
+      metrics["elbo_expected_log_likelihood"], abs=1e-5 * abs(metrics["elbo"]))
+  assert metrics["elbo_aux_kl"] == pytest.approx(metrics["elbo_kl"], rel=1e-4)
   assert (tmp_path / figures.FIGURE_FILENAME).stat().st_size > 10_000
   assert np.log(0.1) < metrics["test_mll"] < 0
