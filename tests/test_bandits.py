@@ -13,7 +13,7 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
 from bandits import main as bandit_main
-from bandits import mushroom
+from bandits import mushroom, sample_quality
 from bandits.agents import make_agent, reward_model
 from bandits.config import BanditConfig
 from bandits.interaction import interact
@@ -257,3 +257,31 @@ def test_a_corrupt_mushroom_file_is_a_runtime_error_without_results(tmp_path):
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and "checksum mismatch" in lines[0]
   assert not (output / "results.json").exists()
+
+
+def test_sample_quality_scores_acting_on_a_sample():
+  """Regret of acting on predicted eat rewards: eat when the prediction beats passing (0)."""
+  edible = np.array([True, True, False, False])
+  regret, squared_error = sample_quality._regret_and_errors(
+      np.array([[3.0, -1.0, 2.0, -4.0]]), edible)
+  np.testing.assert_allclose(regret, [[0.0, mushroom.REWARD_EDIBLE,
+                                       -mushroom.EXPECTED_REWARD_POISONOUS, 0.0]])
+  truth = np.array([5.0, 5.0] + [mushroom.EXPECTED_REWARD_POISONOUS] * 2)
+  np.testing.assert_allclose(squared_error, [(np.array([3.0, -1.0, 2.0, -4.0]) - truth) ** 2])
+
+
+def test_sample_quality_binary_learns_from_its_history(tmp_path):
+  """Both kinds of samples, trained on 400 random-action rewards, act better than passing every
+  mushroom (regret 5 x the edible fraction), the best policy blind to edibility; catches samples
+  scored against the wrong mushrooms or before training."""
+  config = sample_quality.SampleQualityConfig(
+      **dict(TINY, hidden_units=32, num_observations=400, training_steps=3000, refine_steps=20,
+             rounds=2))
+  metrics = sample_quality.train_and_evaluate(config, str(tmp_path))
+  always_pass = mushroom.REWARD_EDIBLE * np.mean(mushroom.load(DATA, False).edible)
+  for agent in ("vi_ts", "refined_ts"):
+    # (Measured: 1.76 for vi_ts and 1.85 for refined_ts, against 2.59.)
+    assert metrics[agent]["averaged_regret"]["mean"] < 0.8 * always_pass, agent
+    assert metrics[agent]["one_sample_regret"]["mean"] < always_pass, agent
+    assert metrics[agent]["eat_reward_spread"]["mean"] > 0
+  assert json.loads((tmp_path / "results.json").read_text())["method"] == "sample_quality"
