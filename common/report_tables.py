@@ -155,17 +155,20 @@ def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, outpu
   deviations = table_checks.paper_deviations(table, module.COMPARISONS)
   known = deviations.dropna(subset=["sigma"])
   column_order = {(method, metric): i for i, (method, metric, _) in enumerate(module.COLUMNS)}
-  beyond = known[[table_checks.is_beyond(s, BEYOND_SIGMA) for s in known["sigma"]]].assign(
-      dataset_rank=lambda f: f["dataset"].map(datasets.index),
-      column_rank=lambda f: [column_order.get(key, len(column_order))
-                             for key in zip(f["method"], f["metric"])])
-  beyond = beyond.sort_values(["dataset_rank", "column_rank"])
-  lines.append(f"  - Beyond {BEYOND_SIGMA:g} paper σ: {len(beyond)} of {len(known)} cells"
-               + (":" if len(beyond) else "."))
-  for dataset, part in beyond.groupby("dataset", sort=False):
-    cells = ", ".join(f"{_metric_name(r['method'], r['metric'])} {sigma_text(r['sigma'])}"
-                      for _, r in part.iterrows())
-    lines.append(f"    - {dataset}: {cells}")
+  if not len(known):
+    lines.append("  - No cell has a paper value with a std to measure it against.")
+  else:
+    beyond = known[[table_checks.is_beyond(s, BEYOND_SIGMA) for s in known["sigma"]]].assign(
+        dataset_rank=lambda f: f["dataset"].map(datasets.index),
+        column_rank=lambda f: [column_order.get(key, len(column_order))
+                               for key in zip(f["method"], f["metric"])])
+    beyond = beyond.sort_values(["dataset_rank", "column_rank"])
+    lines.append(f"  - Beyond {BEYOND_SIGMA:g} paper σ: {len(beyond)} of {len(known)} cells"
+                 + (":" if len(beyond) else "."))
+    for dataset, part in beyond.groupby("dataset", sort=False):
+      cells = ", ".join(f"{_metric_name(r['method'], r['metric'])} {sigma_text(r['sigma'])}"
+                        for _, r in part.iterrows())
+      lines.append(f"    - {dataset}: {cells}")
   if len(deviations) > len(known):
     lines.append(f"  - {len(deviations) - len(known)} cells have a paper std of 0 and no σ.")
   lines.append(f"  - Why: {readme_link(spec.readme, output_dir)}.")
@@ -197,6 +200,9 @@ def table_report(spec: PaperTable, results_dir: str, output_dir: str,
   runs = module.load_runs(results_dir)
   table = module.summary(runs, paper_dir)
   paper = results_loader.load_paper_table(module.PAPER_CSV, paper_dir)
+  # Table 3's rows are the paper's variants: the module says which column names them.
+  paper = paper.rename(columns={old: new for old, new in getattr(module, "PAPER_RENAMES", {})
+                                .items() if new == "dataset"})
   order = list(dict.fromkeys(paper["dataset"]))
   datasets = order + sorted(set(table["dataset"]) - set(order))
   header, rows = tables.layout_rows(table, module.COLUMNS, datasets, sigma_cell)

@@ -11,7 +11,7 @@ import os
 from typing import Optional
 
 from common import results_loader
-from common.report_tables import minus_sign
+from common.report_tables import minus_sign, readme_link
 from image.table import DATASETS as IMAGE_DATASETS
 
 
@@ -131,3 +131,36 @@ def figure4(results_dir: str, output_dir: str) -> str:
     return title + "Not run yet.\n"
   return title + "\n".join(text for *_, text in sorted(parts)) + (
       "\nThe paper's Figure 4 is LeNet-5 on CIFAR-10; ours are the datasets above.\n")
+
+
+def figure5(results_dir: str, output_dir: str) -> str:
+  """Thompson sampling on the mushroom bandit: each Figure 5 run's plot, table and settings."""
+  title = "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\n"
+  parts = []
+  for path in results_loader.find_files(results_dir, "figure5_cumulative_regret.png"):
+    folder = os.path.dirname(path)
+    run = next(iter(results_loader.load_runs(folder, "bandits")), None)
+    if run is None:
+      continue
+    flags, final = run.payload["flags"], run.payload["metrics"]["cumulative_regret"]
+    table_path = os.path.join(folder, "figure5_cumulative_regret.md")
+    table = open(table_path).read().strip() if os.path.exists(table_path) else ""
+    best = min(final, key=final.get)
+    paper_scale = flags["update_steps"] == 500 and flags["refine_steps"] == 500 and flags[
+        "horizon"] >= 5000
+    scale = ("the paper's settings" if paper_scale else
+             f"a reduced schedule ({flags['update_steps']} update and {flags['refine_steps']} "
+             f"refinement steps per bandit step, {flags['horizon']:,} steps; the paper: 500, "
+             "500 and 5,000)")
+    verdict = ("refined_ts has the lowest, as in the paper." if best == "refined_ts" else
+               f"the paper's ordering does not show: {best} is lowest, refined_ts "
+               f"{_count(int(final['refined_ts']))} against {best}'s "
+               f"{_count(int(final[best]))}." if "refined_ts" in final else "")
+    parts.append(
+        f"{_image(path, output_dir, 'Figure 5')}\n\n{table}\n\n"
+        f"Cumulative expected regret, mean ± std over seeds {flags['seeds']}, at {scale}. "
+        f"Final: {verdict}{_run_time(run)}\n")
+  if not parts:
+    return title + "Not run yet.\n"
+  return title + "\n".join(parts) + (
+      f"\nWhy and what is left: {readme_link('bandits/README.md', output_dir)}.\n")

@@ -77,7 +77,8 @@ def test_report_lays_out_tables_with_sigma_differences_seeds_and_machine_time(re
   assert "Every cell is one seed (no ± std). Machine time: 3.0 h over 2 runs" in text
   assert "Not run yet: concrete_strength, naval_propulsion" in text
   assert "Not run yet: fashion_mnist, cifar10." in text
-  assert "**Table 3** (ResNet-20 on CIFAR-10): not run yet." in text
+  assert "**Table 3** (ResNet-20 image classification): not run yet." in text
+  assert "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\nNot run yet." in text
   differences = text.split("## Where we differ and why")[1].split("## Data")[0]
   assert "ELBO_aux ≥ ELBO in 2 of 2 refined VI runs." in differences
   assert "Beyond 2 paper σ: 2 of 4 cells:" in differences
@@ -100,6 +101,41 @@ def test_report_links_only_figures_that_exist_relative_to_the_report(results, tm
   assert "VI ELBO −9,020 → ELBO_aux −7,458 (+1,562 nats)" in text
   figure3 = text.split("## Figure 3")[1].split("## Figure 4")[0]
   assert "Not run yet." in figure3   # its results.json exists, its figures do not
+
+
+def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results, tmp_path):
+  """ResNet-20 runs on another dataset are laid out without paper values and the paper's CIFAR-10
+  rows are listed as not run; a reduced-scale bandit run is embedded with its scale and with the
+  paper's ordering checked, not assumed."""
+  for method, metrics in (("vi", {"test_mll": -0.45, "test_accuracy": 0.84, "elbo": -9e5}),
+                          ("refined_vi", {"test_mll": -0.48, "test_accuracy": 0.83, "elbo": -9e5,
+                                          "elbo_aux": -8.9e5})):
+    write_results(str(results / "resnet" / "fashion_mnist" / "hybrid_bn" / method / "seed_0"),
+                  benchmark="resnet", dataset="fashion_mnist", method=method, seed=0,
+                  flags={"variational": "hybrid", "batchnorm": True}, metrics=metrics,
+                  timings={"total_seconds": 600.0})
+  bandit = results / "bandits" / "reduced"
+  write_results(str(bandit), benchmark="bandits", dataset="mushroom", method="refined_ts,vi_ts",
+                flags={"seeds": [0, 1], "horizon": 3000, "update_steps": 50, "refine_steps": 50},
+                metrics={"cumulative_regret": {"refined_ts": 4739.0, "vi_ts": 2794.0}},
+                timings={"total_seconds": 7080.0})
+  (bandit / "figure5_cumulative_regret.png").write_bytes(b"png")
+  (bandit / "figure5_cumulative_regret.md").write_text("| agent | 3,000 |\n|---|---|\n")
+  output = tmp_path / "report"
+  text = open(report.write_report(str(results), str(output))).read()
+  table3 = text.split("## Table 3")[1].split("## Figure 5")[0]
+  assert "| fashion_mnist hybrid_bn | " in table3 and "−0.480 | 83.00 %" in table3
+  assert ("Not run yet: resnet, resnet_batchnorm, resnet_hybrid, resnet_hybrid_batchnorm."
+          in table3)
+  figure5 = text.split("## Figure 5")[1].split("## Where we differ")[0]
+  assert "![Figure 5](../results/bandits/reduced/figure5_cumulative_regret.png)" in figure5
+  assert "| agent | 3,000 |" in figure5
+  assert "reduced schedule (50 update and 50 refinement steps per bandit step, 3,000 steps" in (
+      figure5)
+  assert "the paper's ordering does not show: vi_ts is lowest, refined_ts 4,739" in figure5
+  differences = text.split("## Where we differ and why")[1]
+  assert "Refined VI's mean MLL ≥ VI's on 0 of 1 datasets (not: fashion_mnist hybrid_bn)" in (
+      differences)
 
 
 def test_latex_format_writes_both_tables_through_the_command_line(results, tmp_path):
