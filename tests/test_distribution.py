@@ -196,9 +196,11 @@ def test_two_replicas_train_as_one_device(findings, method):
   averaged over the global batch, every replica drawing the same per-example
   noise rows, batch norm with each replica's own statistics (planted, each
   fails here by 2e-4 or more), an Adam step or noise counter advanced once
-  per replica.
+  per replica. Batch norm's statistics sum in an order that can change with the machine's load
+  (measured 5e-5 once with both cores oversubscribed, below 1e-5 otherwise): its bound is 1e-4,
+  still half the smallest planted bug.
   """
-  assert findings[method] < 1e-5, findings
+  assert findings[method] < (1e-4 if method == "batch_norm" else 1e-5), findings
   assert findings[method + "/replica_copies"] == 0.0, findings
 
 
