@@ -28,7 +28,8 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
-from common.distribution import DeviceConfig, describe_strategy, split_cpu_for_tests, strategy_for
+from common.distribution import (DeviceConfig, describe_strategy, set_thread_count,
+                                 split_cpu_for_tests, strategy_for)
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -203,8 +204,9 @@ def _stderr_silenced() -> Iterator[None]:
     os.close(saved)
 
 
-def quiet_tensorflow_startup(show_logging: bool = False) -> None:
-  """Imports TensorFlow and finds its devices without its start-up noise on stderr.
+def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int = 0) -> None:
+  """Imports TensorFlow, sets its threads and finds its devices without its start-up noise on
+  stderr.
 
   Also silences TensorFlow's INFO and WARNING logging (for example the checkpoint
   saver's per-save lines) unless `show_logging`.
@@ -214,6 +216,7 @@ def quiet_tensorflow_startup(show_logging: bool = False) -> None:
   with contextlib.nullcontext() if show_logging else _stderr_silenced():
     import tensorflow as tf
     split_cpu_for_tests()
+    set_thread_count(intra_op_threads)
     tf.config.list_logical_devices()
   if show_logging:
     return
@@ -261,7 +264,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return
     note_start_commit()
-    quiet_tensorflow_startup(flags.FLAGS.tf_log)
+    quiet_tensorflow_startup(flags.FLAGS.tf_log, getattr(config, "intra_op_threads", 0))
     with _strategy_scope(config):
       metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:

@@ -44,6 +44,10 @@ class DeviceConfig(Config):
                            "finds another number of replicas.", minimum=1, shapes=NOTHING)
   use_bfloat16: bool = setting(False, "Compute the network in bfloat16 where the benchmark "
                                "supports it (variables and the ELBO stay float32).", shapes=ALL)
+  intra_op_threads: int = setting(
+      0, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS or "
+      "every core). Small networks run faster on one (benchmarks.step_floor).", minimum=0,
+      maximum=1024, shapes=NOTHING)
 
   def check(self) -> None:
     super().check()
@@ -91,6 +95,14 @@ def split_cpu_for_tests() -> None:
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
 
 
+def set_thread_count(intra_op_threads: int) -> None:
+  """Applies --intra_op_threads (0: leave TensorFlow's choice); before TensorFlow has initialised
+  its devices (RuntimeError after)."""
+  import tensorflow as tf
+  if intra_op_threads:
+    tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+
+
 def strategy_for(config: DeviceConfig) -> Any:
   """The `tf.distribute.Strategy` the flags ask for; UsageError if the hardware disagrees."""
   import tensorflow as tf
@@ -124,4 +136,5 @@ def describe_strategy(strategy: Any) -> dict[str, Any]:
   else:
     devices = list(strategy.extended.worker_devices)
   return {"strategy": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
-          "devices": devices}
+          "devices": devices,
+          "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}

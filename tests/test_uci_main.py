@@ -137,10 +137,14 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   ]
   completed = _run(*flags)
   assert completed.returncode == 0, completed.stderr[-2000:]
+  # The UCI network trains on one intra-op thread unless told otherwise (benchmarks.step_floor).
+  assert json.loads((out / "results.json").read_text())["machine"]["intra_op_threads"] == 1
   (out / "results.json").unlink()            # as if the run had died after its last checkpoint
-  completed = _run(*flags)
+  completed = _run(*flags, "--intra_op_threads=2")
   assert completed.returncode == 0, completed.stderr[-2000:]
-  assert json.loads((out / "results.json").read_text())["metrics"]["vi_resumed_from_step"] == 300
+  results = json.loads((out / "results.json").read_text())
+  assert results["metrics"]["vi_resumed_from_step"] == 300
+  assert results["machine"]["intra_op_threads"] == 2
 
 
 @pytest.mark.parametrize("flags,status,message", [
@@ -151,6 +155,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     (["--refine_learning_rate_rule=fast"], 2, "value should be one of <paper|authors_code>"),
     (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
     (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
+    (["--intra_op_threads=-1"], 2, "intra_op_threads=-1 is out of range; allowed: >= 0"),
     (["--variance_ratio=0.99999999"
      ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])
