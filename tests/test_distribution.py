@@ -24,7 +24,10 @@ UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--hidden_units=8"
 
 
 def _environment(cpu_devices: int = 2) -> dict:
-  environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
+  # One thread per op: reductions then sum in one order whatever else the machine runs (with
+  # TensorFlow's thread pool, batch norm's replica agreement varied with the load).
+  environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1",
+                 "TF_NUM_INTRAOP_THREADS": "1"}
   environment.pop("REFINED_VI_TEST_CPU_DEVICES", None)
   if cpu_devices:
     environment["REFINED_VI_TEST_CPU_DEVICES"] = str(cpu_devices)
