@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
 from absl import flags
 
+from benchmarks import fresh_process
 from common import cli
 from common.results import write_json_atomically
 
@@ -129,19 +129,10 @@ def run_all(dataset: str, data_dir: str, steps: int, rounds: int,
   by tens of percent between minutes, so each measurement reports the median of its rounds); then
   the ratios that the measurements taken allow."""
   import numpy as np
-  samples = {name: [] for name in measurements}
-  for _ in range(rounds):
-    for name in measurements:
-      completed = subprocess.run([
-          sys.executable, "-m", "benchmarks.image_speed", f"--only={name}", f"--dataset={dataset}",
-          f"--data_dir={data_dir}", f"--steps={steps}"
-      ], capture_output=True, text=True, check=False, env={
-          **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
-      })
-      if completed.returncode != 0:
-        raise RuntimeError(
-            f"measurement {name} failed: {completed.stderr.strip().splitlines()[-1]}")
-      samples[name].append(json.loads(completed.stdout.strip().splitlines()[-1]))
+  samples = fresh_process.interleaved_rounds(
+      measurements, rounds, lambda name: fresh_process.measure(
+          "benchmarks.image_speed", [f"--only={name}", f"--dataset={dataset}",
+                                     f"--data_dir={data_dir}", f"--steps={steps}"]))
   results = {}
   for name, runs in samples.items():
     results[name] = {

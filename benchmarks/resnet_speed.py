@@ -30,12 +30,12 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
 from absl import flags
 
+from benchmarks import fresh_process
 from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
@@ -200,19 +200,13 @@ def main(argv):
   cli.require(bool(options.output_dir), "--output_dir is required")
   cli.require(options.steps >= 1 and options.rounds >= 1,
               f"--steps={options.steps} and --rounds={options.rounds} must be >= 1")
-  results = {}
-  for name in MEASUREMENTS:
-    rounds = []
-    for _ in range(options.rounds):
-      completed = subprocess.run(
-          [sys.executable, "-m", "benchmarks.resnet_speed", f"--only={name}",
-           f"--steps={options.steps}", f"--image_shape={','.join(options.image_shape)}"],
-          capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-      if completed.returncode != 0:
-        raise RuntimeError(f"{name}: {completed.stderr.strip().splitlines()[-1]}")
-      rounds.append(json.loads(completed.stdout.strip().splitlines()[-1]))
-    results[name] = dict(rounds[0], seconds_per_step=statistics.median(
-        r["seconds_per_step"] for r in rounds), rounds=[r["seconds_per_step"] for r in rounds])
+  samples = fresh_process.interleaved_rounds(
+      MEASUREMENTS, options.rounds, lambda name: fresh_process.measure(
+          "benchmarks.resnet_speed", [f"--only={name}", f"--steps={options.steps}",
+                                      f"--image_shape={','.join(options.image_shape)}"]))
+  results = {name: dict(rounds[0], seconds_per_step=statistics.median(
+      r["seconds_per_step"] for r in rounds), rounds=[r["seconds_per_step"] for r in rounds])
+             for name, rounds in samples.items()}
   command = " ".join(["python -m benchmarks.resnet_speed"] + sys.argv[1:])
   results["derived"] = derived(results)
   results.update(command=command, git_commit=git_commit(), machine=machine_description())

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 from absl import flags
 
+from benchmarks import fresh_process
 from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
@@ -185,20 +185,16 @@ def main(argv):
     print(json.dumps(measure(options.only, options.steps, options.seed)))
     return
   cli.require(bool(options.output_dir), "--output_dir is required")
-  rounds = {(variant, threads): [] for threads in THREADS for variant in VARIANTS}
-  for _ in range(options.rounds):
-    for variant, threads in rounds:
-      environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-      environment.pop("TF_NUM_INTRAOP_THREADS", None)
-      if threads != "default":
-        environment["TF_NUM_INTRAOP_THREADS"] = threads
-      completed = subprocess.run(
-          [sys.executable, "-m", "benchmarks.step_floor", f"--only={variant}",
-           f"--steps={options.steps}", f"--seed={options.seed}"],
-          capture_output=True, text=True, env=environment)
-      if completed.returncode != 0:
-        raise RuntimeError(f"{variant}: {completed.stderr.strip().splitlines()[-1]}")
-      rounds[variant, threads].append(json.loads(completed.stdout.strip().splitlines()[-1]))
+  def measure_one(key):
+    variant, threads = key
+    return fresh_process.measure(
+        "benchmarks.step_floor",
+        [f"--only={variant}", f"--steps={options.steps}", f"--seed={options.seed}"],
+        {"TF_NUM_INTRAOP_THREADS": None if threads == "default" else threads})
+
+  rounds = fresh_process.interleaved_rounds(
+      [(variant, threads) for threads in THREADS for variant in VARIANTS], options.rounds,
+      measure_one)
   command = " ".join(["python -m benchmarks.step_floor"] + sys.argv[1:])
   results = {f"{variant}/threads_{threads}": {
       "ms_per_step": statistics.median(r["ms_per_step"] for r in values),

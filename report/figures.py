@@ -144,7 +144,10 @@ def figure5(results_dir: str, output_dir: str) -> str:
       continue
     flags, final = run.payload["flags"], run.payload["metrics"]["cumulative_regret"]
     table_path = os.path.join(folder, "figure5_cumulative_regret.md")
-    table = open(table_path).read().strip() if os.path.exists(table_path) else ""
+    table = ""
+    if os.path.exists(table_path):
+      with open(table_path) as stream:
+        table = stream.read().strip()
     best = min(final, key=final.get)
     paper_scale = flags["update_steps"] == 500 and flags["refine_steps"] == 500 and flags[
         "horizon"] >= 5000
