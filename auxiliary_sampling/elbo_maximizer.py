@@ -144,6 +144,18 @@ class ElboMaximizer(tf.Module):
     log_likelihood = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     return self._num_examples_float * tf.reduce_mean(log_likelihood, axis=-1)
 
+  def _replica_share(self, indices: tf.Tensor):
+    """(replica context, number of replicas, this replica's index, its inputs, its labels): the
+    replica's equal, contiguous share of the global batch `indices`."""
+    context = tf.distribute.get_replica_context()
+    num_replicas = context.num_replicas_in_sync
+    replica = context.replica_id_in_sync_group if num_replicas > 1 else 0
+    local_batch = self.batch_size // num_replicas
+    if num_replicas > 1:
+      indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
+    inputs, labels = self._gather(self.inputs, indices), self._gather(self.labels, indices)
+    return context, num_replicas, replica, inputs, labels
+
   def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
                     learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One Adam step on this replica's share of the global batch `indices`; (ELBO, KL).
@@ -154,13 +166,7 @@ class ElboMaximizer(tf.Module):
     gradient of N * mean over the global batch minus the KL counted once,
     the same objective as on one device, whatever R is.
     """
-    context = tf.distribute.get_replica_context()
-    num_replicas = context.num_replicas_in_sync
-    replica = context.replica_id_in_sync_group if num_replicas > 1 else 0
-    local_batch = self.batch_size // num_replicas
-    if num_replicas > 1:
-      indices = indices[..., replica * local_batch:(replica + 1) * local_batch]
-    inputs, labels = self._gather(self.inputs, indices), self._gather(self.labels, indices)
+    context, num_replicas, replica, inputs, labels = self._replica_share(indices)
     with batch_shard(num_replicas, replica):
       if self.input_transform is not None:
         inputs = self.input_transform(inputs, transform_seed)

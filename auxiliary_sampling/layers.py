@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.linear_calls import LinearCall, record
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
 from auxiliary_sampling.validation import check_integer
@@ -214,6 +215,8 @@ class DenseReparameterization(MeanFieldLayer):
     if self.bias is not None:
       bias = self._weight_sample(self.bias)
       outputs += bias if self.num_members is None else bias[:, None]
+    if self.num_members is None:
+      record(LinearCall(self.kernel, self.bias, inputs, outputs))
     return outputs
 
 
@@ -249,8 +252,10 @@ class Conv2DFlipout(MeanFieldLayer):
     if resolve_weight_noise(weight_noise) == "per_batch":
       outputs = self._convolve(inputs, self._weight_sample(self.kernel))
       bias = self._weight_sample(self.bias)
-      return self.activation(outputs +
-                             (bias if self.num_members is None else bias[:, None, None, None]))
+      outputs += bias if self.num_members is None else bias[:, None, None, None]
+      if self.num_members is None:
+        record(LinearCall(self.kernel, self.bias, inputs, outputs, self.strides, self.padding))
+      return self.activation(outputs)
     member_axis = 0 if self.num_members is None else 1
     batch = tf.shape(inputs)[member_axis]
     kernel_noise = self.noise.normal(self.kernel.event_shape, self.compute_dtype)

@@ -10,16 +10,21 @@ from typing import ClassVar, Optional
 
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
+from baselines.vogn_settings import CURVATURES, VognSettings
 from baselines.learning_rate import LearningRateSchedule
 from common.config import NOTHING, RESULTS, UsageError, setting
 from common.distribution import DeviceConfig
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
-METHODS = VI_FAMILY + ("mnf", "deep_ensemble")
+# The same mean-field posterior fitted by VOGN (baselines.vogn), then used or refined.
+VOGN_FAMILY = ("vogn", "refined_vogn")
+METHODS = VI_FAMILY + ("mnf", "deep_ensemble") + VOGN_FAMILY
+# Methods that refine the mean-field posterior they start from (paper Algorithm 1).
+REFINED = ("refined_vi", "refined_vogn")
 
 # Checkpoints a setting can shape (common.config `shapes`): the VI model, the further
-# training of vi_equal_compute, MNF and the ensemble.
-VI, EXTRA_VI, MNF, ENSEMBLE = "vi", "extra_vi", "mnf", "deep_ensemble"
+# training of vi_equal_compute, MNF, the ensemble and VOGN's model.
+VI, EXTRA_VI, MNF, ENSEMBLE, VOGN = "vi", "extra_vi", "mnf", "deep_ensemble", "vogn"
 
 
 @dataclasses.dataclass
@@ -84,6 +89,30 @@ class MethodConfig(DeviceConfig):
   adversarial_epsilon: float = setting(
       0.01, "Deep ensemble: size of the adversarial input perturbation (0: none).", minimum=0,
       shapes=(ENSEMBLE,))
+  vogn_learning_rate: float = setting(
+      1e-3, "vogn, refined_vogn: alpha, VOGN's step size (and Adam's for point estimates such as "
+      "a noise scale); they train for --vi_steps steps.", above=0, maximum=1.0, shapes=(VOGN,))
+  vogn_momentum: float = setting(0.9, "VOGN: beta_1, momentum of the mean's update.", minimum=0,
+                                 below=1, shapes=(VOGN,))
+  vogn_curvature_decay: float = setting(
+      0.999, "VOGN: beta_2, decay of the curvature estimate s.", minimum=0, below=1,
+      shapes=(VOGN,))
+  vogn_prior_precision: float = setting(
+      1.0, "VOGN: delta, precision of the fixed prior N(0, 1/delta) of every weight (VOGN has no "
+      "empirical Bayes); refined_vogn refines against the same prior.", above=0, maximum=1e6,
+      shapes=(VOGN,))
+  vogn_tempering: float = setting(
+      1.0, "VOGN: tau, the KL's weight in the objective (1: the ELBO; < 1: a colder posterior).",
+      above=0, maximum=10.0, shapes=(VOGN,))
+  vogn_damping: float = setting(0.0, "VOGN: gamma, external damping of the mean's step.",
+                                minimum=0, maximum=1e6, shapes=(VOGN,))
+  vogn_mc_samples: int = setting(1, "VOGN: weight draws per step.", minimum=1, maximum=64,
+                                 shapes=(VOGN,))
+  vogn_curvature: str = setting(
+      "squared_gradients",
+      "VOGN's curvature: squared_gradients (per-example squared gradients, Osawa et al.'s "
+      "Algorithm 1) or gauss_newton (the generalised Gauss-Newton diagonal).", choices=CURVATURES,
+      shapes=(VOGN,))
   vi_checkpoint_dir: Optional[str] = setting(
       None,
       "VI checkpoint directory, shared by the vi, refined_vi and vi_equal_compute runs of one "
@@ -100,7 +129,7 @@ class MethodConfig(DeviceConfig):
     if self.refit_deterministic and not self.has_deterministic_weights:
       raise UsageError("--refit_deterministic: this benchmark's mean-field networks have no "
                        "point-estimated weights to refit; allowed: --refit_deterministic=false")
-    if self.method != "refined_vi":
+    if self.method not in REFINED:
       return
     try:
       AuxiliarySchedule.geometric(self.variance_ratio, self.num_auxiliary).check_dtype("float32")
@@ -130,6 +159,19 @@ class MethodConfig(DeviceConfig):
     """Training steps between checkpoints."""
     del num_examples
     return self.steps_per_checkpoint
+
+  def vogn_settings(self) -> VognSettings:
+    """VOGN's hyperparameters from the flags."""
+    return VognSettings(momentum=self.vogn_momentum, curvature_decay=self.vogn_curvature_decay,
+                        tempering=self.vogn_tempering, damping=self.vogn_damping,
+                        mc_samples=self.vogn_mc_samples, curvature=self.vogn_curvature)
+
+  def mean_field_prior(self) -> tuple[float, bool]:
+    """(initial prior scale, whether it is learned) of the mean-field networks: VOGN's fixed
+    N(0, 1/delta), else N(0, 1) learned by empirical Bayes if --empirical_bayes_prior."""
+    if self.method in VOGN_FAMILY:
+      return self.vogn_prior_precision ** -0.5, False
+    return 1.0, self.empirical_bayes_prior
 
   @property
   def eval_samples(self) -> int:

@@ -20,7 +20,7 @@ from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult
 from baselines import deep_ensemble, mnf
 from baselines.checkpoint_settings import claim_checkpoint_dir
-from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, MethodConfig
+from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, VOGN, VOGN_FAMILY, MethodConfig
 from baselines.training import InputTransform, Penalty
 from baselines.vi_family import run_vi_family
 from common.results import write_results
@@ -46,13 +46,15 @@ class MethodRun:
   models: list[tf.Module]                             # the trained networks (for benchmark metrics)
   metrics: dict
   timings: dict
-  refinement: Optional[RefinementResult] = None       # refined_vi only
+  refinement: Optional[RefinementResult] = None       # refined_vi, refined_vogn only
 
 
 def checkpoint_dir_of(config: MethodConfig, trainer: str, output_dir: str) -> str:
   """Where a trainer's checkpoints go; claimed for the run's settings (see checkpoint_settings)."""
   if trainer == VI and config.vi_checkpoint_dir:
     directory = config.vi_checkpoint_dir
+  elif trainer == VOGN and config.vi_checkpoint_dir:
+    directory = os.path.join(config.vi_checkpoint_dir, VOGN)
   else:
     directory = os.path.join(output_dir, "checkpoints", trainer)
   claim_checkpoint_dir(directory, config.identity(trainer), config.replace_mismatched)
@@ -70,7 +72,7 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
   num_examples = int(np.shape(inputs)[0])
   schedule = config.learning_rate_schedule(num_examples)
   checkpoint_interval = config.checkpoint_interval(num_examples)
-  if config.method in VI_FAMILY:
+  if config.method in VI_FAMILY + VOGN_FAMILY:
     run = run_vi_family(
         config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
         checkpoint_dir_fn=lambda trainer: checkpoint_dir_of(config, trainer, output_dir),

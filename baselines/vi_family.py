@@ -1,11 +1,14 @@
-"""The three mean-field methods every benchmark compares, run one way for all binaries.
+"""The mean-field methods every benchmark compares, run one way for all binaries.
 
   vi                 mean-field VI, M posterior draws for the predictive;
   refined_vi         the same VI model, then M refined samples (paper Algorithm 1);
   vi_equal_compute   VI trained further for M * K * T more Adam steps, the
-                     steps refinement spends (the fair-compute baseline).
-The three share one VI checkpoint directory when a benchmark's runs point at
-the same `vi_checkpoint_dir`, so the mean-field model is trained once.
+                     steps refinement spends (the fair-compute baseline);
+  vogn               the mean-field posterior fitted by VOGN (baselines.vogn);
+  refined_vogn       the same VOGN model, then M refined samples.
+The VI methods share one VI checkpoint directory when a benchmark's runs point
+at the same `vi_checkpoint_dir`, so the mean-field model is trained once; the
+VOGN methods share its `vogn` subdirectory.
 """
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
-from baselines.config import EXTRA_VI, VI, VI_FAMILY, MethodConfig
+from baselines.config import EXTRA_VI, REFINED, VI, VI_FAMILY, VOGN, VOGN_FAMILY, MethodConfig
+from baselines.learning_rate import LearningRateSchedule
 from baselines.training import InputTransform, Penalty
 from baselines.vi import MeanFieldTrainer
+from baselines.vogn import VognTrainer
 
 
 @dataclasses.dataclass
@@ -48,32 +53,45 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                   checkpoint_dir_fn: Optional[Callable[[str], str]] = None,
                   penalty: Optional[Penalty] = None,
                   input_transform: Optional[InputTransform] = None) -> ViFamilyRun:
-  """Trains VI (resuming from its checkpoint), then trains on or refines as `config.method` says.
+  """Trains VI or VOGN (resuming from its checkpoint), then trains on or refines as
+  `config.method` says.
 
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
-  `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi" and
-  "extra_vi" (default: under `output_dir/checkpoints`); `penalty` (per
+  `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi",
+  "extra_vi" and "vogn" (default: under `output_dir/checkpoints`); `penalty` (per
   example) of the point-estimated weights is subtracted N-fold from VI's
   objective, and from refinement's when it refits them; `input_transform`
   augments every training batch of VI and refinement.
   """
   method = config.method
-  if method not in VI_FAMILY:
-    raise ValueError(f"unknown VI-family method {method!r}; allowed: {', '.join(VI_FAMILY)}")
+  if method not in VI_FAMILY + VOGN_FAMILY:
+    raise ValueError(f"unknown mean-field method {method!r}; allowed: "
+                     f"{', '.join(VI_FAMILY + VOGN_FAMILY)}")
   if checkpoint_dir_fn is None:
     def checkpoint_dir_fn(trainer):
       return os.path.join(output_dir, "checkpoints", trainer)
   num_examples = int(np.shape(inputs)[0])
   model = model_fn(None)
-  trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn,
-                             learning_rate=config.learning_rate_schedule(num_examples),
-                             batch_size=config.batch_size, seed=config.seed,
-                             steps_per_checkpoint=config.checkpoint_interval(num_examples),
-                             penalty=penalty, input_transform=input_transform)
+  if method in VOGN_FAMILY:
+    if penalty is not None or input_transform is not None:
+      raise ValueError("VOGN takes no penalty of point estimates and no input transform")
+    trainer_name = VOGN
+    trainer = VognTrainer(model, inputs, labels, log_likelihood_fn,
+                          settings=config.vogn_settings(),
+                          learning_rate=LearningRateSchedule(config.vogn_learning_rate),
+                          batch_size=config.batch_size, seed=config.seed,
+                          steps_per_checkpoint=config.checkpoint_interval(num_examples))
+  else:
+    trainer_name = VI
+    trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn,
+                               learning_rate=config.learning_rate_schedule(num_examples),
+                               batch_size=config.batch_size, seed=config.seed,
+                               steps_per_checkpoint=config.checkpoint_interval(num_examples),
+                               penalty=penalty, input_transform=input_transform)
   vi_steps = config.num_steps(VI, num_examples)
-  training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(VI),
-                           summary_dir=os.path.join(output_dir, "summaries", VI))
-  metrics = {"vi_resumed_from_step": training.resumed_from_step}
+  training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(trainer_name),
+                           summary_dir=os.path.join(output_dir, "summaries", trainer_name))
+  metrics = {f"{trainer_name}_resumed_from_step": training.resumed_from_step}
   timings = {"train_seconds": training.train_seconds}
   if method == "vi_equal_compute":
     total_steps = vi_steps + config.extra_vi_steps
@@ -90,7 +108,7 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                  elbo_expected_log_likelihood=float(terms.expected_log_likelihood),
                  elbo_kl=float(terms.kl))
   refinement = None
-  if method == "refined_vi":
+  if method in REFINED:
     penalty_fn = None
     if penalty is not None and config.refit_deterministic:
       def penalty_fn(members):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.config import ENSEMBLE, EXTRA_VI, VI
+from baselines.config import ENSEMBLE, EXTRA_VI, VI, VOGN
 from baselines.image_config import ImageClassificationConfig
 from common import images
 from common.config import UsageError, setting
@@ -46,7 +46,7 @@ class ImageConfig(ImageClassificationConfig):
       -4.0,
       "VI family: the posterior scales start at softplus of this. -4 (0.018) lands VI within 2 "
       "paper std on MNIST and Fashion-MNIST (image/README.md); -7 (9e-4) is the authors' code.",
-      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI))
+      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN))
 
   def __post_init__(self):
     # Recorded resolved, so that a rerun compares the scaling a run really used.

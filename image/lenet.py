@@ -43,13 +43,15 @@ def _lenet(conv, dense, num_classes: int) -> LayerChain:
 
 def mean_field_lenet5(
     num_members: Optional[int] = None, num_classes: int = 10, empirical_bayes_prior: bool = True,
-    untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE) -> LayerChain:
+    untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE,
+    prior_scale: float = 1.0) -> LayerChain:
   """Flipout convolutions and local-reparameterisation dense layers (paper Section 4.3).
 
-  Posterior scales start at softplus(`untransformed_scale_init`) (the authors' code: -7).
+  Posterior scales start at softplus(`untransformed_scale_init`) (the authors' code: -7); priors
+  N(0, `prior_scale`^2), the scale learned per tensor with `empirical_bayes_prior`.
   """
   common = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior,
-                untransformed_scale_init=untransformed_scale_init)
+                untransformed_scale_init=untransformed_scale_init, prior_scale=prior_scale)
   return _lenet(
       lambda filters, _: Conv2DFlipout(filters, KERNEL_SIZE, padding="SAME", activation="relu", **
                                        common),
@@ -99,8 +101,9 @@ def lenet5_networks(config: ImageConfig, num_classes: int) -> Networks:
   """
   def mean_field(num_members):
     with network_precision(config.use_bfloat16):
-      return mean_field_lenet5(num_members, num_classes, config.empirical_bayes_prior,
-                               config.initial_untransformed_posterior_scale)
+      prior_scale, learned = config.mean_field_prior()
+      return mean_field_lenet5(num_members, num_classes, learned,
+                               config.initial_untransformed_posterior_scale, prior_scale)
 
   def ensemble(num_members):
     with network_precision(config.use_bfloat16):

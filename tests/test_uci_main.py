@@ -36,16 +36,18 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   assert metrics["num_train"] == 246 and metrics["num_test"] == 62
   assert -10 < metrics["test_mll"] < 0 and 0 < metrics["test_rmse"] < 20   # yacht's y spans 0..62
   assert {"train_seconds", "total_seconds"} <= set(results["timings"])
-  if method in ("vi", "refined_vi", "vi_equal_compute"):
+  if method in ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn"):
     assert metrics["elbo"] < 0
-  if method == "refined_vi":
+  if method in ("refined_vi", "refined_vogn"):
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert results["timings"]["refine_seconds"] > 0
   if method == "vi_equal_compute":
     # Mutation: training zero extra steps (total = vi_steps) fails here.
     assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40   # the steps taken, read off the trainer
-  if method in ("mnf", "deep_ensemble", "vi"):
+  if method in ("mnf", "deep_ensemble", "vi", "vogn"):
     assert "elbo_aux" not in metrics
+  if method in ("vogn", "refined_vogn"):
+    assert metrics["vogn_resumed_from_step"] == 0
 
 
 def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
@@ -72,6 +74,23 @@ def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
   assert scaled["target_std"] == pytest.approx(10 * original["target_std"], rel=1e-9)
   assert scaled["test_mll"] == pytest.approx(original["test_mll"] - math.log(10.0), abs=1e-3)
   assert scaled["test_rmse"] == pytest.approx(10 * original["test_rmse"], rel=1e-3)
+
+
+def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path):
+  """vogn and refined_vogn of one dataset and seed share the VOGN checkpoint (in the VI
+  checkpoint folder's vogn/), refinement raises ELBO_aux above the VOGN posterior's ELBO, and a VI
+  run beside them keeps its own checkpoint."""
+  shared = str(tmp_path / "vi_checkpoint")
+  vogn = uci_main.train_and_evaluate(UciConfig(method="vogn", vi_checkpoint_dir=shared, **TINY),
+                                     str(tmp_path / "vogn"))
+  refined = uci_main.train_and_evaluate(
+      UciConfig(method="refined_vogn", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "ref"))
+  vi = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+                                   str(tmp_path / "vi"))
+  assert vogn["vogn_resumed_from_step"] == 0 and refined["vogn_resumed_from_step"] == 400
+  assert vi["vi_resumed_from_step"] == 0
+  assert refined["elbo_aux"] > refined["elbo"]
+  assert os.path.exists(os.path.join(shared, "vogn", "settings.json"))
 
 
 def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
@@ -156,6 +175,11 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
     (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
     (["--intra_op_threads=-1"], 2, "intra_op_threads=-1 is out of range; allowed: >= 0"),
+    (["--vogn_tempering=0"], 2, "vogn_tempering=0.0 is out of range; allowed: > 0 and <= 10"),
+    (["--vogn_damping=-1"], 2, "vogn_damping=-1.0 is out of range; allowed: >= 0"),
+    (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),
+    (["--vogn_momentum=1"], 2, "vogn_momentum=1.0 is out of range; allowed: >= 0 and < 1"),
+    (["--vogn_curvature=hessian"], 2, "value should be one of"),
     (["--variance_ratio=0.99999999"
      ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from baselines.config import EXTRA_VI, MNF, VI, MethodConfig
+from baselines.config import EXTRA_VI, MNF, VI, VOGN, MethodConfig
 from common.config import data_dir_setting, download_setting, setting, with_default
 from common.distribution import DeviceConfig
 from uci import data
@@ -24,7 +24,7 @@ class UciConfig(MethodConfig):
   hidden_units: int = setting(50, "ReLU units of the one hidden layer.", minimum=1)
   initial_noise_scale: float = setting(
       1.0, "Initial noise scale of the Gaussian likelihood (standardised units; learned as a point "
-      "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF))
+      "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF, VOGN))
   # A 13-50-1 network's ops are too small to share: one thread runs its VI step 1.3x faster here.
   intra_op_threads: int = with_default(DeviceConfig, "intra_op_threads", 1)
 

@@ -14,21 +14,24 @@ from baselines.gaussian_head import HomoscedasticNoise
 
 def mean_field_network(hidden_units: int, initial_noise_scale: float,
                        num_members: Optional[int] = None,
-                       empirical_bayes_prior: bool = True) -> tf_keras.Sequential:
-  """Gaussian mean-field weights, then the learned homoscedastic noise scale."""
+                       empirical_bayes_prior: bool = True,
+                       prior_scale: float = 1.0) -> tf_keras.Sequential:
+  """Gaussian mean-field weights (priors N(0, `prior_scale`^2), the scale learned per tensor with
+  `empirical_bayes_prior`), then the learned homoscedastic noise scale."""
+  prior = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior,
+               prior_scale=prior_scale)
   return tf_keras.Sequential([
-      DenseReparameterization(hidden_units, activation="relu", num_members=num_members,
-                              trainable_prior_scale=empirical_bayes_prior),
-      DenseReparameterization(1, num_members=num_members, kernel_initializer="glorot_uniform",
-                              trainable_prior_scale=empirical_bayes_prior),
+      DenseReparameterization(hidden_units, activation="relu", **prior),
+      DenseReparameterization(1, kernel_initializer="glorot_uniform", **prior),
       HomoscedasticNoise(num_members=num_members, initial_scale=initial_noise_scale)])
 
 
 def uci_networks(config: UciConfig) -> Networks:
   """VI, MNF (with the same learned noise scale) and the heteroscedastic ensemble."""
   def mean_field(num_members):
+    prior_scale, learned = config.mean_field_prior()
     return mean_field_network(config.hidden_units, config.initial_noise_scale, num_members,
-                              config.empirical_bayes_prior)
+                              learned, prior_scale)
 
   def mnf_network():
     mean_network = mnf.regression_mnf(config.hidden_units, seed=config.seed)

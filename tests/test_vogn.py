@@ -1,0 +1,144 @@
+"""baselines.vogn: VOGN's per-example terms and its fixed point on Bayesian linear regression."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage
+from auxiliary_sampling.model_parameters import mean_field_parameters
+from auxiliary_sampling.predictive import gaussian_log_likelihood
+from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from baselines.vogn import VognMaximizer, VognSettings, VognTrainer
+from common.seeding import seed_everything
+
+NOISE_SCALE = 0.5
+PRIOR_PRECISION = 4.0
+
+
+def _linear_regression_data(num_examples=512, num_features=3, seed=0):
+  rng = np.random.default_rng(seed)
+  inputs = rng.normal(size=(num_examples, num_features)).astype(np.float32)
+  inputs *= np.array([1.0, 0.5, 2.0], np.float32)[:num_features]
+  weights = np.array([1.0, -2.0, 0.5], np.float32)[:num_features]
+  labels = inputs @ weights + NOISE_SCALE * rng.normal(size=num_examples).astype(np.float32)
+  return inputs, labels[:, None]
+
+
+def _known_noise_log_likelihood(labels, outputs):
+  return gaussian_log_likelihood(labels[..., 0], outputs[..., 0], NOISE_SCALE)
+
+
+def _linear_model():
+  return tf_keras.Sequential([DenseReparameterization(
+      1, use_bias=False, kernel_initializer="zeros", trainable_prior_scale=False,
+      prior_scale=PRIOR_PRECISION ** -0.5)])
+
+
+def test_gauss_newton_fixed_point_is_the_exact_mean_field_optimum():
+  """Bayesian linear regression with a Gaussian prior: the mean-field optimum has precision
+  diag(X'X) / s^2 + delta and the exact posterior mean (X'X / s^2 + delta I)^-1 X'y / s^2.
+  Catches a VOGN whose prior term, N scaling or sigma^2 = 1 / (N (s + delta~)) is off (a
+  dropped N or delta moves sigma by orders of magnitude, a wrong delta~ in the mean's step
+  shifts mu)."""
+  seed_everything(0)
+  inputs, labels = _linear_regression_data()
+  model = _linear_model()
+  trainer = VognTrainer(model, inputs, labels, _known_noise_log_likelihood,
+                        settings=VognSettings(curvature="gauss_newton", momentum=0.5),
+                        learning_rate=0.05, batch_size=512, steps_per_checkpoint=4000)
+  trainer.train(4000)
+  trainer.learning_rate = type(trainer.learning_rate)(0.002)
+  locs = []
+  for _ in range(20):
+    trainer.train(int(trainer.step.numpy()) + 100)
+    locs.append(model.layers[0].kernel.posterior_loc.numpy()[:, 0])
+  gram = inputs.T @ inputs / NOISE_SCALE**2
+  exact_mean = np.linalg.solve(gram + PRIOR_PRECISION * np.eye(3),
+                               inputs.T @ labels[:, 0] / NOISE_SCALE**2)
+  exact_scale = 1.0 / np.sqrt(np.diag(gram) + PRIOR_PRECISION)
+  scale = model.layers[0].kernel.posterior_scale.numpy()[:, 0]
+  np.testing.assert_allclose(scale, exact_scale, rtol=0.01)
+  np.testing.assert_allclose(np.mean(locs, axis=0), exact_mean, atol=0.1 * exact_scale.min())
+
+
+def _loop_terms(maximizer, inputs, labels, noises, counters):
+  """Per example i, at the draw the counters fix: (gradients of -log p_i, of the mean output)."""
+  terms = []
+  for i in range(len(inputs)):
+    for noise, counter in zip(noises, counters):
+      noise.counter.assign(counter)
+    with tf.GradientTape(persistent=True) as tape:
+      outputs = maximizer.model_outputs(inputs[i:i + 1])
+      loss = -maximizer.log_likelihood_fn(labels[i:i + 1], outputs)[0]
+      mean_output = outputs[0, 0]
+    terms.append((tape.gradient(loss, maximizer.locs), tape.gradient(mean_output, maximizer.locs),
+                  float(outputs[0, 1])))
+  return terms
+
+
+@pytest.mark.parametrize("network", ["dense", "convolution"])
+def test_batch_terms_are_those_of_a_loop_over_examples(network):
+  """The closed-form batch means of the per-example gradients, of their squares and of the
+  Gauss-Newton terms equal one GradientTape per example at the same weight draw, for dense and
+  (strided, SAME) convolution layers. Catches the batch-mean gradient squared in place of the
+  mean of per-example squares (Adam's second moment, not VOGN's) and a convolution's patches
+  taken in another order than its kernel's."""
+  seed_everything(1)
+  rng = np.random.default_rng(1)
+  scales = dict(trainable_prior_scale=False, untransformed_scale_init=-3.0)
+  if network == "dense":
+    inputs = rng.normal(size=(6, 4)).astype(np.float32)
+    body = [DenseReparameterization(5, activation="relu", **scales)]
+  else:
+    inputs = rng.normal(size=(6, 7, 7, 2)).astype(np.float32)
+    body = [Conv2DFlipout(3, 3, strides=2, padding="SAME", activation="relu", **scales),
+            FlattenImage()]
+  labels = rng.normal(size=(6, 1)).astype(np.float32)
+  model = tf_keras.Sequential(body + [DenseReparameterization(1, **scales),
+                                      HomoscedasticNoise(initial_scale=0.7)])
+  for curvature in ("squared_gradients", "gauss_newton"):
+    maximizer = VognMaximizer(model, inputs, labels, gaussian_head_log_likelihood,
+                              VognSettings(curvature=curvature), batch_size=6)
+    noises = [layer.noise for layer in model.layers if hasattr(layer, "noise")]
+    counters = [noise.counter.numpy() for noise in noises]
+    means, curvatures, _, _ = maximizer.batch_terms(inputs, labels)
+    loop = _loop_terms(maximizer, inputs, labels, noises, counters)
+    for index, (mean, batch_curvature) in enumerate(zip(means, curvatures)):
+      gradients = np.stack([g[index] for g, _, _ in loop])
+      np.testing.assert_allclose(mean, gradients.mean(axis=0), rtol=1e-4, atol=1e-6)
+      if curvature == "squared_gradients":
+        expected = np.square(gradients).mean(axis=0)
+      else:   # only the mean output depends on the weights: c_i = (d mean / d mu)^2 / scale^2
+        expected = np.mean([np.square(j[index]) / scale**2 for _, j, scale in loop], axis=0)
+      np.testing.assert_allclose(batch_curvature, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_every_mean_and_scale_moves_and_the_noise_scale_learns():
+  """VOGN drives the posterior of every mean-field parameter (a parameter left out of `locs`
+  would keep its initial mean) and Adam the noise scale; the ELBO rises."""
+  seed_everything(2)
+  inputs, labels = _linear_regression_data(num_examples=256)
+  model = tf_keras.Sequential([
+      DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
+      DenseReparameterization(1, trainable_prior_scale=False),
+      HomoscedasticNoise(initial_scale=1.0)])
+  trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood,
+                        learning_rate=0.01, batch_size=64)
+  model(inputs[:1])
+  before = [v.numpy().copy() for p in mean_field_parameters(model)
+            for v in (p.posterior_loc, p.untransformed_posterior_scale)]
+  result = trainer.train(600)
+  after = [v.numpy() for p in mean_field_parameters(model)
+           for v in (p.posterior_loc, p.untransformed_posterior_scale)]
+  for old, new in zip(before, after):
+    assert np.all(old != new)
+  assert model.layers[-1].noise_scale.numpy()[0] < 0.9   # from 1.0 towards the data's 0.5
+  assert np.mean(result.trace[-50:]) > np.mean(result.trace[:50]) + 100
+
+
+@pytest.mark.parametrize("name, value", [("momentum", 1.0), ("curvature_decay", -0.1),
+                                         ("tempering", 0.0), ("damping", -1.0),
+                                         ("mc_samples", 0), ("curvature", "hessian")])
+def test_settings_out_of_range_are_refused(name, value):
+  with pytest.raises(ValueError, match=f"VOGN {name}="):
+    VognSettings(**{name: value})
