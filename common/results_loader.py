@@ -1,8 +1,9 @@
 """Reading what the tables and the report compare: our runs' results.json and the paper's tables.
 
 The one rule for which runs count: every results.json under `results_dir`, except those with a
-folder named `ablations` or `smoke` on their path below `results_dir`. Ablations vary a setting
-and have their own tables; smoke runs use synthetic data and are not results. The rule looks
+folder named `ablations`, `related` or `smoke` on their path below `results_dir`. Ablations vary a
+setting and related methods (VOGN, ...) are not the paper's: both have their own tables; smoke
+runs use synthetic data and are not results. The rule looks
 only below `results_dir`, so pointing `results_dir` at an ablation's folder (say
 `results/ablations/per_batch_weight_noise/uci`) reads that ablation.
 
@@ -20,7 +21,7 @@ import pandas as pd
 
 from common.results import RESULTS_FILENAME
 
-EXCLUDED_DIRS = ("ablations", "smoke")
+EXCLUDED_DIRS = ("ablations", "related", "smoke")
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PAPER_DIR = os.path.join(REPOSITORY, "common", "paper_tables")   # the paper's Tables 1-3
 
@@ -32,7 +33,7 @@ class LoadedRun(NamedTuple):
 
 
 def is_excluded(path: str, results_dir: str) -> bool:
-  """Whether `path` (a file under `results_dir`) lies in an ablations/ or smoke/ folder below it."""
+  """Whether `path` (a file under `results_dir`) lies in an excluded folder below it."""
   return bool(set(EXCLUDED_DIRS) & set(os.path.relpath(path, results_dir).split(os.sep)))
 
 

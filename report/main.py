@@ -83,6 +83,27 @@ def _data_section(csv_names: list[str], latex_names: list[str], results_dir: str
   return "\n".join(lines) + "\n"
 
 
+# The related methods' comparison tables (results/related/, written by <benchmark>.related_table).
+RELATED_TABLES = ("uci_table.md",)
+
+
+def _related_section(results_dir: str) -> str:
+  """The related methods' tables (VOGN, ...), their headings demoted under one section."""
+  lines = ["## Beyond the paper: related methods on the same benchmarks", ""]
+  found = False
+  for name in RELATED_TABLES:
+    path = os.path.join(results_dir, "related", name)
+    if not os.path.exists(path):
+      continue
+    found = True
+    with open(path) as stream:
+      lines += [("##" + line) if line.startswith("#") else line
+                for line in stream.read().splitlines()] + [""]
+  if not found:
+    lines += ["Not run yet.", ""]
+  return "\n".join(lines)
+
+
 def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = None,
                  output_format: str = "markdown") -> dict[str, object]:
   """{file name: text or DataFrame} of everything the report writes; nothing is written."""
@@ -118,6 +139,7 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
   differences = [line for table in tables for line in table.differences]
   sections.append("## Where we differ and why\n\n" + (
       "\n".join(differences) if differences else "No table has runs yet.") + "\n")
+  sections.append(_related_section(results_dir))
   sections.append(_data_section(sorted(n for n in files if n.endswith(".csv")), latex_names,
                                 results_dir, output_dir))
   files["REPORT.md"] = "\n".join(sections)

@@ -105,7 +105,9 @@ def test_report_appendix_places_the_paper_beside_every_metric(tmp_path):
   assert os.path.exists(tmp_path / "report" / "uci.csv")
 
 
-def test_one_loader_skips_ablations_and_smoke_below_the_results_dir_for_tables_and_report(tmp_path):
+def test_one_loader_skips_ablations_related_and_smoke_below_the_results_dir(tmp_path):
+  """Tables and report count neither ablations, related methods (results/related: VOGN runs are
+  benchmark "uci" too, and would enter Table 1's machine time) nor smoke runs."""
   def write(*parts, benchmark="uci"):
     write_results(str(tmp_path.joinpath(*parts)), benchmark=benchmark, dataset="wine", method="vi",
                   seed=0, flags={}, metrics={"test_mll": -1.0}, timings={"train_seconds": 1.0})
@@ -113,6 +115,7 @@ def test_one_loader_skips_ablations_and_smoke_below_the_results_dir_for_tables_a
   write("benchmarks", "refine_speed", benchmark="benchmarks")
   write("ablations", "no_empirical_bayes", "uci", "wine", "vi")
   write("smoke", "uci", "vi")
+  write("related", "uci", "wine", "vogn")
   write("uci", "smoke", "vi")   # excluded at any depth below results_dir
   counted = [os.path.relpath(run.path, tmp_path) for run in results_loader.load_runs(str(tmp_path))]
   assert counted == [os.path.join("benchmarks", "refine_speed", "results.json"),

@@ -163,3 +163,14 @@ def test_a_results_dir_without_results_is_one_line_naming_it_and_nothing_written
   assert completed.stderr.count("\n") == 1 and str(empty) in completed.stderr
   assert "no results.json" in completed.stderr
   assert not output.exists()
+
+
+def test_related_tables_enter_the_report_under_one_section(tmp_path):
+  """results/related/uci_table.md is embedded with its headings demoted below the section's;
+  without it the section says so instead of vanishing."""
+  assert "Not run yet." in report._related_section(str(tmp_path))
+  (tmp_path / "related").mkdir()
+  (tmp_path / "related" / "uci_table.md").write_text("# UCI: VOGN\n\n## Test MLL\n\n| a |\n")
+  section = report._related_section(str(tmp_path))
+  assert section.startswith("## Beyond the paper: related methods")
+  assert "\n### UCI: VOGN\n" in section and "\n#### Test MLL\n" in section and "| a |" in section
