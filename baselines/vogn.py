@@ -163,55 +163,75 @@ class VognMaximizer(ElboMaximizer):
     for parameter, curvature in zip(self.parameters, self.optimizer.curvatures):
       variance = self.settings.tempering / (
           self._num_examples_float * (curvature + self._delta_tilde(parameter)))
-      parameter.untransformed_posterior_scale.assign(tfp.math.softplus_inverse(tf.sqrt(variance)))
+      _write(parameter.untransformed_posterior_scale,
+             tfp.math.softplus_inverse(tf.sqrt(variance)))
 
-  def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
-                    learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """One VOGN step on this replica's share of the global batch; (ELBO, KL) before it.
-
-    Replicas hold equal shares, so the mean over replicas of their per-example averages is the
-    global batch's average: the update is the same on any number of replicas.
-    """
-    del transform_seed
+  def _replica_terms(self, indices: tf.Tensor):
+    """(KL, g, h, other gradients, mean log p) of the global batch `indices`, each replica
+    computing on its equal share and the averages all-reduced, so every replica holds the
+    global batch's values whatever the number of replicas."""
     context, num_replicas, replica, inputs, labels = self._replica_share(indices)
     with batch_shard(num_replicas, replica):
       kl = self.kl_fn()
-      gradients, curvatures, other_gradients, mean_log_likelihood = self._averaged_terms(
-          inputs, labels)
+      terms = self._averaged_terms(inputs, labels)
     if num_replicas > 1:
-      gradients, curvatures, other_gradients, mean_log_likelihood = context.all_reduce(
-          tf.distribute.ReduceOp.MEAN, (gradients, curvatures, other_gradients,
-                                        mean_log_likelihood))
+      terms = context.all_reduce(tf.distribute.ReduceOp.MEAN, terms)
+    return (kl,) + tuple(terms)
+
+  def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
+                    learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One VOGN step on the global batch `indices`; (ELBO, KL) before it.
+
+    Each replica updates its own copy of every variable with the same all-reduced terms (raw
+    assignments, as `Adam.apply` does), so the copies stay equal.
+    """
+    del transform_seed
+    kl, gradients, curvatures, other_gradients, mean_log_likelihood = self._replica_terms(
+        indices)
     state, settings = self.optimizer, self.settings
     first = tf.logical_not(state.curvature_initialised)
     for parameter, gradient, curvature, momentum, s in zip(
         self.parameters, gradients, curvatures, state.momenta, state.curvatures):
       delta_tilde = self._delta_tilde(parameter)
       mu = parameter.posterior_loc
-      s.assign(tf.where(first, curvature,
-                        settings.curvature_decay * s + (1 - settings.curvature_decay) * curvature))
-      momentum.assign(settings.momentum * momentum +
+      new_s = tf.where(first, curvature,
+                       settings.curvature_decay * s + (1 - settings.curvature_decay) * curvature)
+      new_momentum = (settings.momentum * momentum +
                       (1 - settings.momentum) * (gradient + delta_tilde * mu))
-      mu.assign_sub(learning_rate * momentum / (s + delta_tilde + settings.damping))
-    state.curvature_initialised.assign(True)
+      _write(s, new_s)
+      _write(momentum, new_momentum)
+      _write(mu, mu - learning_rate * new_momentum / (new_s + delta_tilde + settings.damping))
+    _write(state.curvature_initialised, True)
     if state.adam is not None:
       state.adam.apply(other_gradients, learning_rate)
     self.set_posterior_scales()
     elbo = self._num_examples_float * mean_log_likelihood[0] - kl
     return elbo, kl
 
+  def _replica_initialise(self, indices: tf.Tensor) -> None:
+    _, _, curvatures, _, _ = self._replica_terms(indices)
+    for s, curvature in zip(self.optimizer.curvatures, curvatures):
+      _write(s, curvature)
+    _write(self.optimizer.curvature_initialised, True)
+    self.set_posterior_scales()
+
+  @tf.function
+  def _initialise(self, indices: tf.Tensor) -> None:
+    self.strategy.run(self._replica_initialise, args=(indices,))
+
   def initialise_curvature(self) -> None:
     """s from the first minibatch (Algorithm 1's extra pass), and the scales from s."""
     if bool(self.optimizer.curvature_initialised.numpy()):
       return
-    indices = tf.random.stateless_uniform([self.batch_size], seed=[self.data_seed, 0],
-                                          maxval=self.num_examples, dtype=tf.int64)
-    inputs, labels = self._gather(self.inputs, indices), self._gather(self.labels, indices)
-    _, curvatures, _, _ = self._averaged_terms(inputs, labels)
-    for s, curvature in zip(self.optimizer.curvatures, curvatures):
-      s.assign(curvature)
-    self.optimizer.curvature_initialised.assign(True)
-    self.set_posterior_scales()
+    self._initialise(tf.random.stateless_uniform([self.batch_size], seed=[self.data_seed, 0],
+                                                 maxval=self.num_examples, dtype=tf.int64))
+
+
+def _write(variable: tf.Variable, value) -> None:
+  """variable := value on this replica's copy (in replica context, where `assign` of a mirrored
+  variable is refused), or on the one variable without a strategy."""
+  tf.raw_ops.AssignVariableOp(resource=variable.handle,
+                              value=tf.cast(value, variable.dtype))
 
 
 class VognTrainer(CheckpointedTraining):
