@@ -142,3 +142,10 @@ def test_every_mean_and_scale_moves_and_the_noise_scale_learns():
 def test_settings_out_of_range_are_refused(name, value):
   with pytest.raises(ValueError, match=f"VOGN {name}="):
     VognSettings(**{name: value})
+
+
+def test_speed_benchmark_times_vi_and_vogn_on_the_uci_network():
+  from benchmarks import vogn_speed
+  for trainer in vogn_speed.TRAINERS:
+    row = vogn_speed.measure("uci", trainer, steps=20)
+    assert row["ms_per_step"] > 0 and row["warm_up_seconds"] > 0
