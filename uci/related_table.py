@@ -45,7 +45,7 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
   title = ["# UCI regression: VOGN and refined VOGN beside the VI family", "",
            "Paper Table 1's protocol: random 80/20 splits from seeds 0-4, 50 ReLU units, 30,000 "
            "steps of batch 256, M = 10 refined samples (K = 5, ratio 0.7, 200 steps each). VOGN: "
-           "Osawa et al.'s Algorithm 1 with alpha 1e-3, beta_1 0.9, beta_2 0.999, tau 1, gamma 0, "
+           "Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, tau 1, gamma 0, "
            "one draw per step, a fixed N(0, 1) prior.", "",
            f"Commands: `uci/run_table.sh --output_root=results/related --methods=\"vogn "
            f"refined_vogn\"` and `python -m uci.related_table`. Runs: {len(runs)}; code commits: "
