@@ -27,8 +27,7 @@ TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
-  # VOGN's steps are Newton-like, alpha * g / s: 150 of them need a larger alpha than Adam's.
-  config = ImageConfig(method=method, **TINY, vogn_learning_rate=0.01)
+  config = ImageConfig(method=method, **TINY)
   metrics = image_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "image" and results["method"] == method
