@@ -25,6 +25,8 @@ class RefinementResult:
   log_ratios: np.ndarray         # [conditioning steps, M] log q_{k-1}(a_k) - log p(a_k)
   trace: np.ndarray              # [steps, M] ELBO_aux estimate after every Adam step
   learning_rates: list[float]    # Adam's learning rate per fit (refine(): per auxiliary variable)
+  # refine_seconds (optimisation wall time, tracing included), total_seconds, and for refine()
+  # with K > 1 trace_seconds: the first stage's time beyond a later stage's (tracing, compiling).
   timings: dict[str, float]
   stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] refine(): whole-data ELBO_aux per stage
   samples: Optional[dict[str, np.ndarray]] = None   # refine_non_gaussian(): block -> [M, *event]
