@@ -16,7 +16,10 @@ Adam 1e-3. Methods:
   mnf                MNF LeNet-5, 30,000 steps;
   deep_ensemble      10 deterministic LeNet-5s, 5,000 steps each, no adversarial training,
                      Glorot-uniform kernels and [0, 1] pixels as in uncertainty-baselines'
-                     deterministic LeNet-5, the source of the paper's ensemble numbers.
+                     deterministic LeNet-5, the source of the paper's ensemble numbers;
+  vogn               the same mean-field LeNet-5 fitted by VOGN (baselines.vogn; not in
+                     the paper), a fixed N(0, 1) prior, --vi_steps steps;
+  refined_vogn       VOGN, then M = 10 refined samples as refined_vi.
 Metrics: test MLL, accuracy, Brier score, ECE; ELBO and ELBO_aux on the whole
 training set; wall times and peak memory.
 """

@@ -13,7 +13,10 @@ units of y. Methods:
   vi_equal_compute   VI trained further for M * K * T more steps, the Adam
                      steps refinement spends (the fair-compute baseline);
   mnf                multiplicative normalizing flows, 30,000 steps;
-  deep_ensemble      10 heteroscedastic members, 5,000 adversarial steps each.
+  deep_ensemble      10 heteroscedastic members, 5,000 adversarial steps each;
+  vogn               the mean-field network fitted by VOGN (baselines.vogn; not in the
+                     paper), a fixed N(0, 1) prior, --vi_steps steps;
+  refined_vogn       VOGN, then M refined samples as refined_vi.
 VI training checkpoints into `--vi_checkpoint_dir` (default under the output
 directory); the vi, refined_vi and vi_equal_compute runs of one dataset and
 seed may share it, so the mean-field model is trained once. Reruns resume
