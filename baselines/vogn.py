@@ -23,9 +23,10 @@ each dense or convolution layer's inputs and pre-activation gradients
 (`auxiliary_sampling.linear_calls`): one backward pass, no loop. s starts
 from the curvature of the first minibatch (an extra pass, as Algorithm 1
 initialises it). Point-estimated variables outside the mean-field layers (a
-regression noise scale) follow Adam on the same minibatch objective. The posterior scales the layers hold are set
-from s after every step, so the model is an ordinary mean-field model
-throughout: evaluation, the ELBO and `refine()` use it unchanged.
+regression noise scale) follow Adam on the same minibatch objective. The
+posterior scales the layers hold are set from s after every step, so the model
+is an ordinary mean-field model throughout: evaluation, the ELBO and `refine()`
+use it unchanged.
 """
 from __future__ import annotations
 

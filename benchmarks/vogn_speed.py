@@ -90,10 +90,14 @@ def main(argv):
   cli.require(options.uci_steps >= 1 and options.lenet5_steps >= 1 and options.rounds >= 1,
               "--uci_steps, --lenet5_steps and --rounds must be >= 1")
   keys = [f"{network}/{trainer}" for network in NETWORKS for trainer in TRAINERS]
-  samples = fresh_process.interleaved_rounds(keys, options.rounds, lambda key: fresh_process.measure(
-      "benchmarks.vogn_speed", [f"--only={key}", f"--uci_steps={options.uci_steps}",
-                                f"--lenet5_steps={options.lenet5_steps}"],
-      {"TF_NUM_INTRAOP_THREADS": "1" if key.startswith("uci") else None}))
+
+  def measure_one(key):
+    return fresh_process.measure(
+        "benchmarks.vogn_speed", [f"--only={key}", f"--uci_steps={options.uci_steps}",
+                                  f"--lenet5_steps={options.lenet5_steps}"],
+        {"TF_NUM_INTRAOP_THREADS": "1" if key.startswith("uci") else None})
+
+  samples = fresh_process.interleaved_rounds(keys, options.rounds, measure_one)
   results = {key: {"ms_per_step": statistics.median(r["ms_per_step"] for r in rounds),
                    "ms_per_step_rounds": [r["ms_per_step"] for r in rounds],
                    "warm_up_seconds": statistics.median(r["warm_up_seconds"] for r in rounds),
