@@ -22,6 +22,28 @@ def derived_seed(*keys: int) -> int:
   return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] >> 1)
 
 
+def box_muller_normal(shape, seed: tf.Tensor, dtype=tf.float32) -> tf.Tensor:
+  """Standard normals of `shape` from one stateless uniform draw by the Box-Muller transform.
+
+  For n values it draws [2, ceil(n / 2)] float32 uniforms (u, v) and returns
+  sqrt(-2 log(1 - u)) * (cos 2 pi v, sin 2 pi v), flattened cosines first:
+  exact N(0, 1) pairs for uniform (u, v), independent within a pair. On this
+  CPU it takes half the time of `tf.random.stateless_normal` for the weight
+  noise of a 10-member UCI step (3.4 -> 2.0 ms per step, benchmarks/step_floor).
+  The float32 uniforms' resolution of 2^-24 truncates |z| at 5.8 (probability 2e-8).
+  Value e of the flattened result depends only on e and the total size, so a
+  member's rows of an [M, ...] draw are the same whatever window of it a layer keeps.
+  """
+  shape = tf.cast(shape, tf.int32)
+  size = tf.reduce_prod(shape)
+  half = (size + 1) // 2
+  uniforms = tf.random.stateless_uniform(tf.stack([2, half]), seed=seed, dtype=tf.float32)
+  radius = tf.sqrt(-2.0 * tf.math.log1p(-uniforms[0]))
+  angle = (2.0 * np.pi) * uniforms[1]
+  normals = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)[:size]
+  return tf.cast(tf.reshape(normals, shape), dtype)
+
+
 def _default_add_weight(name, shape, dtype, initializer, trainable,
                         aggregation=tf.VariableAggregation.NONE):
   return tf.Variable(initializer(shape, dtype), name=name, trainable=trainable,
@@ -89,12 +111,11 @@ class MemberNoise(tf.Module):
     return draws
 
   def normal(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:
-    """N(0, 1) draws of shape [num_members] + shape (no member axis if None).
+    """N(0, 1) draws of shape [num_members] + shape (no member axis if None), by Box-Muller.
 
     `per_example`: `shape` starts with the batch axis, one independent row per example.
     """
-    return self._draw(lambda s, seed: tf.random.stateless_normal(s, seed, dtype=dtype), shape,
-                      per_example)
+    return self._draw(lambda s, seed: box_muller_normal(s, seed, dtype), shape, per_example)
 
   def sign(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:
     """Uniform random signs (+1/-1), as Flipout uses."""

@@ -8,9 +8,12 @@ examples, batch 256, Adam 1e-3, from the same initial posterior:
   ours                  `ElboMaximizer` over `DenseReparameterization` layers;
   plain_tf2             the step written out by hand in a few dozen ops, one
                         compiled while-loop, normals drawn inside each step;
-  plain_noise_outside   the same with the noise drawn outside the step, as
-                        uniforms for 100 steps at a time (Box-Muller in the step);
-  xla_noise_outside     the same, the 100-step chunk compiled by XLA.
+  plain_noise_outside   the same with the batch indices and the noise drawn
+                        outside the step for 100 steps at a time, the noise as
+                        uniforms (Box-Muller in the step);
+  xla_noise_outside     the same, the 100-step chunk compiled by XLA and given
+                        normals (Box-Muller outside it: XLA's random numbers and
+                        transcendentals are slow on this CPU).
 Each runs in its own process (rounds alternate between the variants, so a
 busy machine slows all alike), once with TensorFlow's default threads and
 once with one intra-op thread. Reported: ms per step excluding the traced
@@ -126,15 +129,18 @@ def _hand_written(inputs, labels, seed: int, noise_outside: bool, xla: bool):
       variable.assign_sub(LEARNING_RATE * correction * first / (tf.sqrt(second) + 1e-7))
     return elbo
 
-  def chunk(counter, uniforms):
+  def chunk(counter, chunk_indices, uniforms):
     trace = tf.TensorArray(tf.float32, size=CHUNK)
     for offset in tf.range(CHUNK):
       index = counter + tf.cast(offset, tf.int64)
-      indices = tf.random.stateless_uniform([BATCH], seed=stream(0, index), maxval=NUM_EXAMPLES,
-                                            dtype=tf.int32)
       if noise_outside:
-        noises = [box_muller(part) for part in tf.split(uniforms[offset], noise_sizes)]
+        indices = chunk_indices[offset]
+        parts = tf.split(uniforms[offset], noise_sizes)
+        # Under XLA the chunk gets normals: its own transcendentals are slow on this CPU.
+        noises = parts if xla else [box_muller(part) for part in parts]
       else:
+        indices = tf.random.stateless_uniform([BATCH], seed=stream(0, index),
+                                              maxval=NUM_EXAMPLES, dtype=tf.int32)
         noises = [tf.random.stateless_normal([size], seed=stream(1 + i, index))
                   for i, size in enumerate(noise_sizes)]
       trace = trace.write(offset, step(indices, noises))
@@ -147,10 +153,16 @@ def _hand_written(inputs, labels, seed: int, noise_outside: bool, xla: bool):
     chunks = tf.TensorArray(tf.float32, size=num_steps // CHUNK)
     for number in tf.range(num_steps // CHUNK):
       counter = tf.cast(number, tf.int64) * CHUNK
-      uniforms = tf.zeros([CHUNK, 1])
+      chunk_indices, uniforms = tf.zeros([CHUNK, BATCH], tf.int32), tf.zeros([CHUNK, 1])
       if noise_outside:
+        # XLA's own random ops are slow on CPU: every random number is drawn out here.
+        chunk_indices = tf.random.stateless_uniform([CHUNK, BATCH], seed=stream(0, counter),
+                                                    maxval=NUM_EXAMPLES, dtype=tf.int32)
         uniforms = tf.random.stateless_uniform([CHUNK, sum(noise_sizes)], seed=stream(3, counter))
-      chunks = chunks.write(number, compiled_chunk(counter, uniforms))
+        if xla:
+          uniforms = tf.concat([box_muller(part) for part in tf.split(uniforms, noise_sizes, 1)],
+                               1)
+      chunks = chunks.write(number, compiled_chunk(counter, chunk_indices, uniforms))
     return chunks.concat()
   return run
 

@@ -11,6 +11,7 @@ import tf_keras
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.noise import box_muller_normal
 from baselines import deep_ensemble, mnf
 from baselines.config import MethodConfig
 from baselines.learning_rate import LearningRateSchedule
@@ -165,10 +166,7 @@ def test_bound_pieces_against_direct_computation():
   np.testing.assert_allclose(layer.weight_kl(z), kl_direct, rtol=1e-5)
   counter = layer.noise.counter.numpy()
   log_r = layer.log_reverse(z)
-  noise = tf.random.stateless_normal([4],
-                                     tf.stack(
-                                         [layer.noise.seed,
-                                          tf.constant(counter + 1, tf.int64)]))
+  noise = box_muller_normal([4], tf.stack([layer.noise.seed, tf.constant(counter + 1, tf.int64)]))
   weights_mean = tf.linalg.matvec(tf.transpose(z[:, None] * layer.kernel_loc),
                                   layer.reverse_projection)
   weights_variance = tf.linalg.matvec(tf.transpose(tf.square(layer.kernel_scale)),
@@ -215,10 +213,8 @@ def test_conv_mnf_multiplies_output_channels():
   layer.untransformed_bias_scale.assign(tf.fill([3], -30.0))
   counter = layer.noise.counter.numpy()
   outputs = layer(images)
-  z_noise = tf.random.stateless_normal([2, 3],
-                                       tf.stack(
-                                           [layer.noise.seed,
-                                            tf.constant(counter + 1, tf.int64)]))
+  z_noise = box_muller_normal([2, 3],
+                              tf.stack([layer.noise.seed, tf.constant(counter + 1, tf.int64)]))
   z, _ = layer.flow_q.forward(layer.z_loc + layer.z_scale * z_noise)
   expected = tf.nn.conv2d(images, layer.kernel_loc, 1, "SAME") * z[:, None,
                                                                    None, :] + layer.bias_loc
