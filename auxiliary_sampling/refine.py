@@ -257,7 +257,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise, kl_fn=kl_fn,
       input_transform=input_transform)
   cumulative_log_ratio = np.zeros([num_samples], np.float64)
-  log_ratios, traces, stage_values, optimise_seconds = [], [], [], []
+  log_ratios, traces, stage_values, optimise_seconds, condition_seconds = [], [], [], [], []
   stage_seconds = 0.0
   optimise_started = time.perf_counter()
   progress = ProgressLog(f"refinement of {num_samples} members",
@@ -265,9 +265,11 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   for stage, (fraction,
               learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
     # Both fractions in float64, exact remainder included: the model casts them to its dtype.
+    condition_started = time.perf_counter()
     log_ratio = condition(tf.constant(fraction, tf.float64),
                           tf.constant(schedule.remaining_fraction(stage), tf.float64))
     log_ratio = log_ratio.numpy().astype(np.float64)
+    condition_seconds.append(time.perf_counter() - condition_started)
     cumulative_log_ratio += log_ratio
     log_ratios.append(log_ratio)
     if steps_per_auxiliary:
@@ -293,9 +295,11 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   trace = np.concatenate(traces) if traces else np.zeros([0, num_samples], np.float32)
   timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
   if len(optimise_seconds) > 1:
-    # Every stage runs the same compiled loop for the same steps; only the first traces it.
-    steady = float(np.median(optimise_seconds[1:]))
-    timings["trace_seconds"] = max(0.0, optimise_seconds[0] - steady)
+    # Every stage runs the same compiled conditioning and loop for the same steps; only the
+    # first traces them.
+    timings["trace_seconds"] = sum(
+        max(0.0, seconds[0] - float(np.median(seconds[1:])))
+        for seconds in (optimise_seconds, condition_seconds))
   if stage_elbo_aux:
     timings["stage_elbo_seconds"] = stage_seconds
   return RefinementResult(
