@@ -15,13 +15,16 @@ import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.batch_shards import batch_shard
+from auxiliary_sampling.loop_settings import LoopSettings, current_loop_settings
 from auxiliary_sampling.model_parameters import model_kl
-from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.noise import DrawRequest, derived_seed, recorded_draws, supplied_draws
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise, weight_noise_scope
 
 _TRANSFORM_STREAM = 1
+# Noise drawn ahead of a chunk of steps is held in memory: at most this many bytes of it.
+NOISE_CHUNK_BYTES = 128 * 2**20
 
 
 def _data_tensors(inputs, labels, grouped_data: bool,
@@ -68,6 +71,8 @@ class ElboMaximizer(tf.Module):
   Built inside a `tf.distribute` strategy's scope, every step is
   data-parallel: the global batch of `batch_size` is split evenly over the
   replicas and the objective is the same as on one device (`_replica_step`).
+  `loop_settings` (default: the enclosing `loop_settings_scope`'s) can draw
+  the noise ahead of chunks of steps and compile each chunk with XLA.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
@@ -75,7 +80,8 @@ class ElboMaximizer(tf.Module):
                kl_fn: Optional[Callable[[], tf.Tensor]] = None,
                member_batches: Optional[int] = None, weight_noise: str = "per_example",
                input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
-               grouped_data: bool = False, num_examples: Optional[tf.Variable] = None):
+               grouped_data: bool = False, num_examples: Optional[tf.Variable] = None,
+               loop_settings: Optional[LoopSettings] = None):
     super().__init__(name="elbo_maximizer")
     self.weight_noise = check_weight_noise(weight_noise)
     batch_size = check_integer("batch_size", batch_size)
@@ -105,6 +111,15 @@ class ElboMaximizer(tf.Module):
     self._transform_stream = derived_seed(self.data_seed, _TRANSFORM_STREAM)
     self.optimizer = Adam(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.loop_settings = loop_settings or current_loop_settings()
+    if self.loop_settings.jit_compile and num_replicas > 1:
+      raise ValueError(f"jit_compile compiles one device's loop, but the strategy has "
+                       f"{num_replicas} replicas; allowed: jit_compile=False with several "
+                       "(TPUStrategy compiles its steps itself)")
+    # The draws one step makes, and its outputs' shapes: recorded by tracing it once.
+    self._step_plan: Optional[tuple[list[DrawRequest], tf.TensorShape, tf.TensorShape]] = None
+    self._compiled_chunk = tf.function(self._chunk_of_steps,
+                                       jit_compile=self.loop_settings.jit_compile)
 
   def _batch_indices(self) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
     """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
@@ -184,6 +199,10 @@ class ElboMaximizer(tf.Module):
     self.optimizer.apply(gradients, learning_rate)
     return elbo, kl
 
+  def _first_replica(self, values):
+    """Values equal on every replica (all-reduced): the first replica's."""
+    return tuple(self.strategy.experimental_local_results(value)[0] for value in values)
+
   @tf.function
   def run(self, num_steps: tf.Tensor, learning_rate: tf.Tensor,
           elbo_offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -192,18 +211,123 @@ class ElboMaximizer(tf.Module):
     Under a `tf.distribute` strategy (the one whose scope built this object)
     every step is data-parallel over its replicas (`_replica_step`).
     """
-    strategy = self.strategy
     learning_rate = tf.cast(learning_rate, tf.float32)
+    if self.loop_settings.noise_chunk_steps:
+      elbo_trace, kl_trace = self._run_drawn_ahead(num_steps, learning_rate)
+    else:
+      elbo_trace, kl_trace = self._run_drawing_inside(num_steps, learning_rate)
+    return elbo_trace - elbo_offset, tf.broadcast_to(kl_trace, tf.shape(elbo_trace))
+
+  def _run_drawing_inside(self, num_steps, learning_rate) -> tuple[tf.Tensor, tf.Tensor]:
+    """Steps that draw their own noise: one counter of each stream per step."""
     elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
     kl_trace = tf.TensorArray(tf.float32, size=num_steps)
     for step in tf.range(num_steps):
       indices, transform_seed = self._batch_indices()
-      elbo, kl = strategy.run(self._replica_step, args=(indices, transform_seed, learning_rate))
-      # Equal on every replica (all-reduced): keep the first replica's.
-      elbo, kl = (strategy.experimental_local_results(value)[0] for value in (elbo, kl))
-      elbo_trace = elbo_trace.write(step, elbo - elbo_offset)
+      elbo, kl = self._first_replica(self.strategy.run(
+          self._replica_step, args=(indices, transform_seed, learning_rate)))
+      elbo_trace = elbo_trace.write(step, elbo)
       kl_trace = kl_trace.write(step, tf.broadcast_to(kl, tf.shape(elbo)))
     return elbo_trace.stack(), kl_trace.stack()
+
+  def _record_step_plan(self) -> None:
+    """Traces one step (never runs it) to note the draws its layers make and its outputs'
+    shapes; each replica traces its own step, and all make the same requests."""
+    recorded = []
+
+    def recording_step(indices, transform_seed, learning_rate):
+      with recorded_draws() as requests:
+        elbo, kl = self._replica_step(indices, transform_seed, learning_rate)
+      recorded.append((requests, elbo.shape, kl.shape))
+      return elbo, kl
+
+    @tf.function
+    def trace():
+      shape = ([self.batch_size] if self.member_batches is None
+               else [self.member_batches, self.batch_size])
+      transform_seed = None if self.input_transform is None else tf.zeros([2], tf.int64)
+      self.strategy.run(recording_step,
+                        args=(tf.zeros(shape, tf.int64), transform_seed, tf.constant(0.0)))
+
+    trace.get_concrete_function()
+    self._step_plan = recorded[0]
+
+  def _chunk_length(self) -> int:
+    """Steps per chunk: the setting, or fewer if their noise would pass NOISE_CHUNK_BYTES."""
+    requests = self._step_plan[0]
+    step_bytes = sum(int(np.prod(r.shape)) * r.dtype.size for r in requests)
+    return max(1, min(self.loop_settings.noise_chunk_steps,
+                      NOISE_CHUNK_BYTES // max(step_bytes, 1)))
+
+  def _chunk_batches(self, chunk: int, steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """[chunk, ...] batch indices of the next `steps` steps (rows past them unused) from one
+    counter of the data stream, and each step's input-transform seed."""
+    steps = tf.cast(steps, tf.int64)
+    first = self.batch_counter.assign_add(steps) - steps + 1
+    shape = ([chunk, self.batch_size] if self.member_batches is None
+             else [chunk, self.member_batches, self.batch_size])
+    indices = tf.random.stateless_uniform(
+        shape, seed=tf.stack([tf.constant(self.data_seed, tf.int64), first]),
+        maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
+    transform_seeds = tf.stack([tf.fill([chunk], tf.constant(self._transform_stream, tf.int64)),
+                                first + tf.range(chunk, dtype=tf.int64)], axis=1)
+    return indices, transform_seeds
+
+  def _supplied_step(self, indices, transform_seed, draws, learning_rate):
+    """`_replica_step` with its layers' noise taken from `draws` (this step's rows)."""
+    if self.input_transform is None:
+      transform_seed = None
+    with supplied_draws(self._step_plan[0], draws):
+      return self._replica_step(indices, transform_seed, learning_rate)
+
+  def _chunk_of_steps(self, steps, indices, transform_seeds, draws, learning_rate):
+    """Runs `steps` (<= chunk) steps on one replica from noise drawn ahead; [chunk, M?] ELBOs
+    and KLs (rows past `steps` zero). Compiled with XLA under jit_compile."""
+    _, elbo_shape, kl_shape = self._step_plan
+    chunk = int(indices.shape[0])
+    elbos, kls = tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])
+    for step in tf.range(steps):
+      elbo, kl = self._supplied_step(indices[step], transform_seeds[step],
+                                     [d[step] for d in draws], learning_rate)
+      elbos = tf.tensor_scatter_nd_update(elbos, [[step]], elbo[tf.newaxis])
+      kls = tf.tensor_scatter_nd_update(kls, [[step]], kl[tf.newaxis])
+    return elbos, kls
+
+  def _replicated_chunk(self, steps, indices, transform_seeds, draws, learning_rate):
+    """The same over several replicas: one `strategy.run` per step (its all-reduce cannot sit
+    inside a compiled loop)."""
+    _, elbo_shape, kl_shape = self._step_plan
+    chunk = int(indices.shape[0])
+    elbos, kls = tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])
+    for step in tf.range(steps):
+      elbo, kl = self._first_replica(self.strategy.run(
+          self._supplied_step, args=(indices[step], transform_seeds[step],
+                                     [d[step] for d in draws], learning_rate)))
+      elbos = tf.tensor_scatter_nd_update(elbos, [[step]], elbo[tf.newaxis])
+      kls = tf.tensor_scatter_nd_update(kls, [[step]], kl[tf.newaxis])
+    return elbos, kls
+
+  def _run_drawn_ahead(self, num_steps, learning_rate) -> tuple[tf.Tensor, tf.Tensor]:
+    """Chunks of steps, each with its indices and noise drawn before it (one counter of each
+    stream per chunk); on one replica a chunk is one (XLA-compilable) computation."""
+    if self._step_plan is None:
+      self._record_step_plan()
+    chunk = self._chunk_length()
+    num_chunks = (num_steps + chunk - 1) // chunk
+    elbo_chunks = tf.TensorArray(tf.float32, size=num_chunks)
+    kl_chunks = tf.TensorArray(tf.float32, size=num_chunks)
+    for number in tf.range(num_chunks):
+      steps = tf.minimum(chunk, num_steps - number * chunk)
+      indices, transform_seeds = self._chunk_batches(chunk, steps)
+      draws = [request.draw_ahead(chunk) for request in self._step_plan[0]]
+      arguments = (steps, indices, transform_seeds, draws, learning_rate)
+      if self.strategy.num_replicas_in_sync == 1:
+        elbos, kls = self._first_replica(self.strategy.run(self._compiled_chunk, args=arguments))
+      else:
+        elbos, kls = self._replicated_chunk(*arguments)
+      elbo_chunks = elbo_chunks.write(number, elbos)
+      kl_chunks = kl_chunks.write(number, kls)
+    return elbo_chunks.concat()[:num_steps], kl_chunks.concat()[:num_steps]
 
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,
                reset_optimizer: bool = False, return_kl: bool = False):

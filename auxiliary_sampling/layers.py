@@ -23,6 +23,13 @@ from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import resolve_weight_noise
 
 
+def dimension(tensor: tf.Tensor, axis: int):
+  """The size of `axis`: a Python int when the trace knows it (so that noise shapes built from it
+  are static, as noise drawn ahead of a step needs), else a scalar tensor."""
+  size = tensor.shape[axis]
+  return int(size) if size is not None else tf.shape(tensor)[axis]
+
+
 def padding_argument(padding: str) -> str:
   """Checked 'SAME' | 'VALID' (any case) of a 2-D convolution or pooling."""
   if padding.upper() not in ("SAME", "VALID"):
@@ -257,7 +264,7 @@ class Conv2DFlipout(MeanFieldLayer):
         record(LinearCall(self.kernel, self.bias, inputs, outputs, self.strides, self.padding))
       return self.activation(outputs)
     member_axis = 0 if self.num_members is None else 1
-    batch = tf.shape(inputs)[member_axis]
+    batch = dimension(inputs, member_axis)
     kernel_noise = self.noise.normal(self.kernel.event_shape, self.compute_dtype)
     kernel_perturbation = self.kernel.posterior_scale * kernel_noise
     channels = inputs.shape[-1]
@@ -300,7 +307,7 @@ class GaussianSample(MeanFieldLayer):
 
   def call(self, inputs):
     """`inputs` only carries the batch size: [batch, ...] without a member axis."""
-    batch = tf.shape(inputs)[0]
+    batch = dimension(inputs, 0)
     noise = self.noise.normal(tf.concat([[batch], self.sample_shape], 0), self.compute_dtype,
                               per_example=True)
     loc, scale = self.weight.posterior_loc, self.weight.posterior_scale

@@ -7,10 +7,13 @@ vectorised refinement equals M separate refinements.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+import contextlib
+import contextvars
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import tensor_util  # shape inference of shape tensors
 
 from auxiliary_sampling.batch_shards import global_rows, local_rows
 
@@ -42,6 +45,98 @@ def box_muller_normal(shape, seed: tf.Tensor, dtype=tf.float32) -> tf.Tensor:
   angle = (2.0 * np.pi) * uniforms[1]
   normals = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)[:size]
   return tf.cast(tf.reshape(normals, shape), dtype)
+
+
+def random_signs(shape, seed: tf.Tensor, dtype=tf.float32) -> tf.Tensor:
+  """Uniform +1/-1 of `shape` from one stateless draw."""
+  bits = tf.random.stateless_uniform(shape, seed, minval=0, maxval=2, dtype=tf.int32)
+  return tf.cast(2 * bits - 1, dtype)
+
+
+_SAMPLERS = {"normal": box_muller_normal, "sign": random_signs}
+
+
+class DrawRequest(NamedTuple):
+  """One draw a layer makes in a step: from which stream, of what kind, shape and dtype."""
+  noise: "MemberNoise"
+  kind: str
+  shape: tuple[int, ...]
+  dtype: tf.DType
+
+  def draw_ahead(self, steps: int) -> tf.Tensor:
+    """[steps, *shape] draws for `steps` steps at once, one counter of the stream."""
+    seed = tf.stack([self.noise.seed, self.noise.counter.assign_add(1)])
+    return _SAMPLERS[self.kind]([steps, *self.shape], seed, self.dtype)
+
+
+class _DrawRecorder:
+  """Notes every draw request and answers it with zeros (a trace that is never run)."""
+
+  def __init__(self):
+    self.requests: list[DrawRequest] = []
+
+  def take(self, request: DrawRequest) -> tf.Tensor:
+    self.requests.append(request)
+    return tf.zeros(request.shape, request.dtype)
+
+
+class _DrawSupplier:
+  """Answers the draw requests of one step, in order, with draws made ahead of it."""
+
+  def __init__(self, requests: Sequence[DrawRequest], draws: Sequence[tf.Tensor]):
+    self.pending = list(zip(requests, draws))
+
+  def take(self, request: DrawRequest) -> tf.Tensor:
+    if not self.pending:
+      raise ValueError(f"the step asked for more draws than recorded (next: {request.kind} "
+                       f"{request.shape}): it must draw the same every step")
+    expected, draws = self.pending.pop(0)
+    if expected != request:
+      raise ValueError(f"the step drew {request.kind} {request.shape} where {expected.kind} "
+                       f"{expected.shape} was recorded: it must draw the same every step")
+    return draws
+
+
+_draw_plan: contextvars.ContextVar = contextvars.ContextVar("draw_plan", default=None)
+
+
+def _static_shape(shape: tf.Tensor) -> tuple[int, ...]:
+  """The value of a shape tensor known at trace time. `tf.get_static_value` does not see through
+  slices of `tf.shape`, which layers use; TensorFlow's shape inference does."""
+  value = tf.get_static_value(shape)
+  if value is None:
+    inferred = tensor_util.constant_value_as_shape(shape)
+    value = inferred.as_list() if inferred.is_fully_defined() else None
+  if value is None:
+    raise ValueError("noise drawn ahead of a step needs static shapes; this layer's draw shape "
+                     "is only known when the step runs (draw inside the step instead)")
+  return tuple(int(d) for d in value)
+
+
+@contextlib.contextmanager
+def recorded_draws() -> Iterator[list[DrawRequest]]:
+  """Inside the block, layers' draws are noted (in order) and answered with zeros."""
+  recorder = _DrawRecorder()
+  token = _draw_plan.set(recorder)
+  try:
+    yield recorder.requests
+  finally:
+    _draw_plan.reset(token)
+
+
+@contextlib.contextmanager
+def supplied_draws(requests: Sequence[DrawRequest], draws: Sequence[tf.Tensor]) -> Iterator[None]:
+  """Inside the block, layers' draws are answered, in order, by `draws` (one step's rows of the
+  draws made ahead for `requests`); a step that asks for anything else is refused."""
+  supplier = _DrawSupplier(requests, draws)
+  token = _draw_plan.set(supplier)
+  try:
+    yield
+  finally:
+    _draw_plan.reset(token)
+  if supplier.pending:
+    raise ValueError(f"the step used {len(requests) - len(supplier.pending)} of "
+                     f"{len(requests)} recorded draws: it must draw the same every step")
 
 
 def _default_add_weight(name, shape, dtype, initializer, trainable,
@@ -96,13 +191,17 @@ class MemberNoise(tf.Module):
     self.seed.assign(int(seed))
     self.counter.assign(0)
 
-  def _draw(self, sampler, shape, per_example: bool) -> tf.Tensor:
-    seed = tf.stack([self.seed, self.counter.assign_add(1)])
+  def _draw(self, kind: str, dtype, shape, per_example: bool) -> tf.Tensor:
     shape = tf.cast(shape, tf.int32)
     drawn_shape = global_rows(shape) if per_example else shape
     if self.num_members is not None:
       drawn_shape = tf.concat([[self.total_members], drawn_shape], 0)
-    draws = sampler(drawn_shape, seed)
+    plan = _draw_plan.get()
+    if plan is not None:
+      draws = plan.take(DrawRequest(self, kind, _static_shape(drawn_shape), tf.as_dtype(dtype)))
+    else:
+      draws = _SAMPLERS[kind](drawn_shape, tf.stack([self.seed, self.counter.assign_add(1)]),
+                              dtype)
     if self.num_members is not None and self.total_members != self.num_members:
       draws = draws[self.member_offset:self.member_offset + self.num_members]
     if per_example:
@@ -115,14 +214,11 @@ class MemberNoise(tf.Module):
 
     `per_example`: `shape` starts with the batch axis, one independent row per example.
     """
-    return self._draw(lambda s, seed: box_muller_normal(s, seed, dtype), shape, per_example)
+    return self._draw("normal", dtype, shape, per_example)
 
   def sign(self, shape, dtype=tf.float32, per_example: bool = False) -> tf.Tensor:
     """Uniform random signs (+1/-1), as Flipout uses."""
-    def sampler(s, seed):
-      bits = tf.random.stateless_uniform(s, seed, minval=0, maxval=2, dtype=tf.int32)
-      return tf.cast(2 * bits - 1, dtype)
-    return self._draw(sampler, shape, per_example)
+    return self._draw("sign", dtype, shape, per_example)
 
   def set_member_window(self, total_members: int, member_offset: int) -> None:
     """Makes this stream the rows [member_offset, +num_members) of a `total_members` run."""

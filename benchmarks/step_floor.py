@@ -6,6 +6,7 @@ Workload: mean-field VI of a 13-50-1 ReLU network (local reparameterisation,
 fixed N(0, 1) prior, Gaussian likelihood of scale 0.5) on 455 synthetic
 examples, batch 256, Adam 1e-3, from the same initial posterior:
   ours                  `ElboMaximizer` over `DenseReparameterization` layers;
+  ours_xla              the same with --noise_chunk_steps=100 --jit_compile;
   plain_tf2             the step written out by hand in a few dozen ops, one
                         compiled while-loop, normals drawn inside each step;
   plain_noise_outside   the same with the batch indices and the noise drawn
@@ -37,7 +38,7 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-VARIANTS = ("ours", "plain_tf2", "plain_noise_outside", "xla_noise_outside")
+VARIANTS = ("ours", "ours_xla", "plain_tf2", "plain_noise_outside", "xla_noise_outside")
 THREADS = ("default", "1")
 NUM_EXAMPLES, INPUTS, HIDDEN, BATCH, NOISE_SCALE, LEARNING_RATE = 455, 13, 50, 256, 0.5, 1e-3
 CHUNK = 100
@@ -58,19 +59,23 @@ def _gaussian_log_likelihood(labels, outputs):
           - 0.5 * tf.square((labels[..., 0] - outputs[..., 0]) / NOISE_SCALE))
 
 
-def _ours(inputs, labels, seed: int):
-  """`run(num_steps) -> ELBO trace` of our library's VI loop, and its model."""
+def _ours(inputs, labels, seed: int, xla: bool = False):
+  """`run(num_steps) -> ELBO trace` of our library's VI loop, and its model; `xla`: its noise
+  drawn ahead in 100-step chunks, each chunk compiled by XLA (`--jit_compile`)."""
   import tensorflow as tf
   import tf_keras
   from auxiliary_sampling.elbo_maximizer import ElboMaximizer
   from auxiliary_sampling.layers import DenseReparameterization
+  from auxiliary_sampling.loop_settings import LoopSettings
   tf.random.set_seed(seed)
   model = tf_keras.Sequential([
       DenseReparameterization(HIDDEN, activation="relu", trainable_prior_scale=False),
       DenseReparameterization(1, trainable_prior_scale=False)])
   model(inputs[:1])
+  settings = LoopSettings(jit_compile=xla, noise_chunk_steps=CHUNK if xla else 0)
   maximizer = ElboMaximizer(model, inputs, labels, _gaussian_log_likelihood,
-                            model.trainable_variables, BATCH, data_seed=seed)
+                            model.trainable_variables, BATCH, data_seed=seed,
+                            loop_settings=settings)
 
   def run(num_steps):
     return maximizer.run(tf.constant(num_steps), tf.constant(LEARNING_RATE), tf.constant(0.0))[0]
@@ -170,8 +175,8 @@ def _hand_written(inputs, labels, seed: int, noise_outside: bool, xla: bool):
 def measure(variant: str, steps: int, seed: int) -> dict:
   """ms per step of `variant` after a traced warm-up, the warm-up's seconds, the final ELBO."""
   inputs, labels = _data(seed)
-  if variant == "ours":
-    run, _ = _ours(inputs, labels, seed)
+  if variant.startswith("ours"):
+    run, _ = _ours(inputs, labels, seed, xla=variant == "ours_xla")
   else:
     run = _hand_written(inputs, labels, seed, noise_outside=variant != "plain_tf2",
                         xla=variant == "xla_noise_outside")

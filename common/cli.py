@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
+from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
 from common.distribution import (DeviceConfig, describe_strategy, set_thread_count,
                                  split_cpu_for_tests, strategy_for)
@@ -240,7 +241,9 @@ def _strategy_scope(config: Config) -> Iterator[None]:
   description = describe_strategy(strategy)
   absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
                     description["strategy"], ", ".join(description["devices"]))
-  with strategy.scope():
+  settings = LoopSettings(jit_compile=config.jit_compile,
+                          noise_chunk_steps=config.noise_chunk_steps)
+  with strategy.scope(), loop_settings_scope(settings):
     yield
 
 

@@ -7,6 +7,7 @@ from scipy.stats import multivariate_normal
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
@@ -128,17 +129,24 @@ def _toy_regression(n=64):
   return x, (np.sin(x[:, :1]) + 0.1 * rng.normal(size=[n, 1])).astype(np.float32)
 
 
-@pytest.mark.parametrize("weight_noise", ["per_example", "per_batch"])
-def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise):
+@pytest.mark.parametrize("weight_noise,loop", [
+    ("per_example", LoopSettings()), ("per_batch", LoopSettings()),
+    ("per_example", LoopSettings(noise_chunk_steps=10))])
+def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise, loop):
+  """Also with the noise drawn ahead in chunks (15 steps per stage: a partial chunk; XLA runs
+  the same chunks, tests/test_loop_settings.py): catches chunk draws whose member rows depend on
+  the number of members computed."""
   x, y = _toy_regression()
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15,
                   batch_size=32, seed=3, weight_noise=weight_noise)
-  together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
+  with loop_settings_scope(loop):
+    together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
   for m in range(3):
-    alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1, member_offset=m,
-                   total_members=3, **settings)
+    with loop_settings_scope(loop):
+      alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
+                     member_offset=m, total_members=3, **settings)
     assert alone.elbo_aux[0] == pytest.approx(together.elbo_aux[m], rel=1e-4)
     assert alone.log_ratios[:, 0] == pytest.approx(together.log_ratios[:, m], rel=1e-4)
     assert alone.trace[:, 0] == pytest.approx(together.trace[:, m], rel=1e-4)

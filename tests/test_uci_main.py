@@ -166,6 +166,25 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   assert results["machine"]["intra_op_threads"] == 2
 
 
+def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(tmp_path):
+  """--jit_compile with --noise_chunk_steps end to end; the chunk length decides which numbers the
+  run sees, so a checkpoint made with another is refused (one line) rather than mixed in."""
+  out = tmp_path / "run"
+  flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+           "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
+           "--steps_per_auxiliary=30", "--elbo_num_samples=1",
+           f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
+  completed = _run(*flags, "--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50")
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  results = json.loads((out / "results.json").read_text())
+  assert results["flags"]["jit_compile"] and results["flags"]["noise_chunk_steps"] == 50
+  assert results["metrics"]["elbo_aux"] > results["metrics"]["elbo"]
+  completed = _run(*flags, "--method=vi_equal_compute", f"--output_dir={tmp_path / 'eq'}")
+  assert completed.returncode != 0
+  lines = completed.stderr.strip().splitlines()
+  assert lines[-1].startswith("error:") and "noise_chunk_steps" in lines[-1], lines[-3:]
+
+
 @pytest.mark.parametrize("flags,status,message", [
     (["--dataset=boston"], 2, "value should be one of"),
     (["--method=sgld"], 2, "value should be one of"),
@@ -175,6 +194,9 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     (["--learning_rate=inf"], 2, "learning_rate=inf must be a finite number"),
     (["--initial_noise_scale=nan"], 2, "initial_noise_scale=nan must be a finite number"),
     (["--intra_op_threads=-1"], 2, "intra_op_threads=-1 is out of range; allowed: >= 0"),
+    (["--noise_chunk_steps=-1"], 2, "noise_chunk_steps=-1 is out of range; allowed: >= 0"),
+    (["--noise_chunk_steps=10001"], 2, "noise_chunk_steps=10001 is out of range"),
+    (["--jit_compile"], 2, "--jit_compile needs the noise drawn ahead of the compiled steps"),
     (["--vogn_tempering=0"], 2, "vogn_tempering=0.0 is out of range; allowed: > 0 and <= 10"),
     (["--vogn_damping=-1"], 2, "vogn_damping=-1.0 is out of range; allowed: >= 0"),
     (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),

@@ -1,0 +1,58 @@
+"""How `ElboMaximizer` runs its loop: noise drawn inside each step, or ahead of it in chunks for an
+XLA-compiled step body.
+
+With `noise_chunk_steps=C > 0` every random number a chunk of C steps needs
+(batch indices, each layer's weight noise) is drawn before the chunk, in one
+stateless op per stream, and the steps take their rows; with `jit_compile`
+the chunk of steps then runs as one XLA computation. XLA's own random ops and
+transcendentals are slow on CPUs, so the noise must come from outside it
+(`benchmarks.step_floor`). Drawing ahead changes which numbers a step sees
+(one counter per chunk instead of one per step), not their distribution; the
+XLA and the plain chunk see the same numbers and agree to round-off.
+
+Binaries set the settings from their flags for everything built inside
+`loop_settings_scope`; a maximizer reads them when it is built.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from typing import Iterator
+
+MAX_NOISE_CHUNK_STEPS = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+  """`jit_compile`: compile each chunk of steps with XLA (needs `noise_chunk_steps` > 0 and one
+  replica); `noise_chunk_steps`: steps whose noise is drawn together ahead of them (0: each step
+  draws its own, inside it)."""
+  jit_compile: bool = False
+  noise_chunk_steps: int = 0
+
+  def __post_init__(self):
+    if not 0 <= self.noise_chunk_steps <= MAX_NOISE_CHUNK_STEPS:
+      raise ValueError(f"noise_chunk_steps={self.noise_chunk_steps} is out of range; allowed: "
+                       f"0 (draw inside each step) to {MAX_NOISE_CHUNK_STEPS}")
+    if self.jit_compile and not self.noise_chunk_steps:
+      raise ValueError("jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
+                       "noise_chunk_steps > 0 with it")
+
+
+_scoped_settings = contextvars.ContextVar("loop_settings", default=LoopSettings())
+
+
+@contextlib.contextmanager
+def loop_settings_scope(settings: LoopSettings) -> Iterator[None]:
+  """Maximizers built inside the block run their loops with `settings`."""
+  token = _scoped_settings.set(settings)
+  try:
+    yield
+  finally:
+    _scoped_settings.reset(token)
+
+
+def current_loop_settings() -> LoopSettings:
+  """The settings of the innermost `loop_settings_scope` (the defaults outside any)."""
+  return _scoped_settings.get()

@@ -1,0 +1,80 @@
+"""ElboMaximizer's loop with the noise drawn ahead in chunks, plain or compiled by XLA."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from common.seeding import seed_everything
+
+
+def _data(n=300):
+  rng = np.random.default_rng(0)
+  inputs = rng.normal(size=[n, 5]).astype(np.float32)
+  return inputs, (np.tanh(inputs[:, :1]) + 0.2 * rng.normal(size=[n, 1])).astype(np.float32)
+
+
+def _log_likelihood(labels, outputs):
+  return -0.5 * tf.square((labels[..., 0] - outputs[..., 0]) / 0.3)
+
+
+def _maximizer(settings: LoopSettings, num_members=None, one_example=False) -> ElboMaximizer:
+  """The same network, initial posterior and seeds whatever the settings (`one_example`: every
+  row of the data is the first example)."""
+  seed_everything(0)
+  inputs, labels = _data()
+  if one_example:
+    inputs, labels = (np.repeat(data[:1], len(data), axis=0) for data in (inputs, labels))
+  # Wide posteriors: estimates that differ by far more than float32's resolution.
+  scale_init = -1.0 if one_example else -7.0
+  model = tf_keras.Sequential([
+      DenseReparameterization(16, activation="relu", num_members=num_members,
+                              untransformed_scale_init=scale_init),
+      DenseReparameterization(1, num_members=num_members, untransformed_scale_init=scale_init)])
+  model(inputs[:1])
+  with loop_settings_scope(settings):
+    return ElboMaximizer(model, inputs, labels, _log_likelihood, model.trainable_variables,
+                         batch_size=64, data_seed=5)
+
+
+def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call():
+  """XLA runs the plain chunk's steps on the same numbers (to round-off), including a partial
+  last chunk; and 100 + 30 steps in two calls equal 130 in one when the split is at a chunk
+  boundary, which is what makes a checkpointed run resume to the uninterrupted result."""
+  plain = _maximizer(LoopSettings(noise_chunk_steps=50)).maximize(130, 1e-2)
+  xla = _maximizer(LoopSettings(jit_compile=True, noise_chunk_steps=50)).maximize(130, 1e-2)
+  np.testing.assert_allclose(xla, plain, rtol=1e-4)
+  split = _maximizer(LoopSettings(noise_chunk_steps=50))
+  np.testing.assert_array_equal(np.concatenate([split.maximize(100, 1e-2),
+                                                split.maximize(30, 1e-2)]), plain)
+
+
+@pytest.mark.parametrize("num_members", [None, 3])
+def test_drawn_ahead_noise_gives_every_step_its_own_draw_from_the_same_estimator(num_members):
+  """At learning rate 0 each step's ELBO estimate is an independent draw of the same minibatch
+  estimator, whether the step draws its noise or takes it from a chunk: consecutive ones differ,
+  and mean and spread agree with the steps that draw inside. One training example, so that only
+  the weight noise varies between steps (a batch of copies of one example). Catches a chunk whose steps reuse one row of the draws
+  (estimates repeat within the chunk), and draws made for the wrong shape or stream (the mean or
+  spread moves)."""
+  inside = _maximizer(LoopSettings(), num_members, one_example=True).maximize(400, 0.0)
+  ahead = _maximizer(LoopSettings(noise_chunk_steps=100), num_members,
+                     one_example=True).maximize(400, 0.0)
+  assert np.all(np.diff(ahead, axis=0) != 0)
+  for member in range(1 if num_members is None else num_members):
+    a, b = (trace.reshape(len(trace), -1)[:, member] for trace in (inside, ahead))
+    standard_error = np.sqrt((a.var() + b.var()) / len(a))
+    assert abs(a.mean() - b.mean()) < 4 * standard_error
+    assert b.std() == pytest.approx(a.std(), rel=0.2)
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(noise_chunk_steps=-1), "noise_chunk_steps=-1 is out of range"),
+    (dict(noise_chunk_steps=10_001), "noise_chunk_steps=10001 is out of range"),
+    (dict(jit_compile=True), "jit_compile needs the noise drawn ahead"),
+])
+def test_bad_loop_settings_are_refused(settings, message):
+  with pytest.raises(ValueError, match=message):
+    LoopSettings(**settings)
