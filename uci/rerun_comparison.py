@@ -1,0 +1,107 @@
+"""Two runs of the UCI table compared seed for seed: did a change to the core move any number?
+
+  python -m uci.rerun_comparison --before_dir=OLD/uci --after_dir=NEW/uci \
+      --output_dir=results/ablations/box_muller_rerun
+
+For a change that alters the random streams but not the method (new normal
+sampler, noise drawn ahead), every (dataset, method, seed) run of the two
+tables shares its data split and initialisation and differs only in the
+numbers drawn. Per dataset and method: both means, the mean paired difference
+(after - before) with its standard error over seeds, and whether it exceeds
+2 standard errors; then the table's conclusions checked on each side
+(refined VI above VI and above VI with equal compute in mean MLL, ELBO_aux
+above ELBO in every run).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+from absl import flags
+
+from common import cli
+from common.report_appendix import to_markdown
+from common.results import atomic_output, write_results
+from uci.table import load_runs
+
+METRICS = ("test_mll", "test_rmse", "elbo", "elbo_aux")
+
+
+def paired_differences(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+  """Per (dataset, method): means before and after, and the paired difference's mean and
+  standard error over the seeds both tables hold."""
+  keys = ["dataset", "method", "seed"]
+  metrics = [m for m in METRICS if m in before.columns and m in after.columns]
+  paired = before.set_index(keys)[metrics].join(after.set_index(keys)[metrics], how="inner",
+                                                lsuffix="_before", rsuffix="_after")
+  if paired.empty:
+    raise ValueError("the two tables have no (dataset, method, seed) run in common")
+  rows = []
+  for (dataset, method), group in paired.groupby(level=["dataset", "method"]):
+    row = {"dataset": dataset, "method": method, "seeds": len(group)}
+    for metric in metrics:
+      difference = (group[f"{metric}_after"] - group[f"{metric}_before"]).dropna()
+      if difference.empty:
+        continue
+      row[f"{metric}_before"] = group[f"{metric}_before"].mean()
+      row[f"{metric}_after"] = group[f"{metric}_after"].mean()
+      row[f"{metric}_difference"] = difference.mean()
+      row[f"{metric}_difference_se"] = (difference.std(ddof=1) / np.sqrt(len(difference))
+                                        if len(difference) > 1 else float("nan"))
+    rows.append(row)
+  return pd.DataFrame(rows)
+
+
+def conclusions(runs: pd.DataFrame) -> dict[str, int]:
+  """The table's claims, counted over datasets (MLL means) and runs (ELBO_aux > ELBO)."""
+  means = runs.groupby(["dataset", "method"])["test_mll"].mean().unstack("method")
+  refined = runs[runs["method"] == "refined_vi"]
+  return {
+      "datasets": len(means),
+      "refined_vi_above_vi": int((means["refined_vi"] > means["vi"]).sum()),
+      "refined_vi_above_equal_compute": int(
+          (means["refined_vi"] > means["vi_equal_compute"]).sum()),
+      "refined_runs": len(refined),
+      "refined_runs_elbo_aux_above_elbo": int((refined["elbo_aux"] > refined["elbo"]).sum()),
+  }
+
+
+def main(argv):
+  del argv
+  before, after = load_runs(flags.FLAGS.before_dir), load_runs(flags.FLAGS.after_dir)
+  # Both sides' conclusions over the same runs: those the rerun has.
+  keys = ["dataset", "method", "seed"]
+  before = before.merge(after[keys], on=keys)
+  table = paired_differences(before, after)
+  moved = table[np.abs(table["test_mll_difference"]) > 2 * table["test_mll_difference_se"]]
+  totals = {"pairs": int(table["seeds"].sum()), "dataset_methods": len(table),
+            "mll_moved_over_2se": len(moved),
+            **{f"before_{k}": v for k, v in conclusions(before).items()},
+            **{f"after_{k}": v for k, v in conclusions(after).items()}}
+  shown = ["dataset", "method", "seeds"] + [
+      f"{m}_{part}" for m in ("test_mll", "elbo", "elbo_aux")
+      for part in ("before", "after", "difference", "difference_se") if f"{m}_{part}" in table]
+  text = [f"# The UCI table before ({flags.FLAGS.before_dir}) and after "
+          f"({flags.FLAGS.after_dir}), seed for seed", "",
+          "Differences are after minus before, mean ± standard error over the paired seeds; MLL "
+          "on the test split, ELBO and ELBO_aux on the training set, original units.", "",
+          to_markdown(table[shown], digits=4), "",
+          "MLL differences beyond 2 standard errors: " + (
+              ", ".join(f"{r.dataset} {r.method}" for r in moved.itertuples()) or "none"), ""]
+  text += [f"- {name}: {value}" for name, value in totals.items()]
+  with atomic_output(os.path.join(flags.FLAGS.output_dir,
+                                  "comparison.md")) as path, open(path, "w") as handle:
+    handle.write("\n".join(text) + "\n")
+  write_results(flags.FLAGS.output_dir, benchmark="comparisons", dataset="uci_rerun",
+                method="paired", seed=0,
+                flags={"before_dir": flags.FLAGS.before_dir, "after_dir": flags.FLAGS.after_dir},
+                metrics=totals, timings={})
+  print("\n".join(text))
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("before_dir", None, "The earlier table's runs (e.g. a worktree's results/uci).")
+  flags.DEFINE_string("after_dir", None, "The rerun's runs.")
+  flags.DEFINE_string("output_dir", None, "Where comparison.md and results.json go.")
+  cli.run(main)
