@@ -1,7 +1,7 @@
 """Two runs of the UCI table compared seed for seed: did a change to the core move any number?
 
   python -m uci.rerun_comparison --before_dir=OLD/uci --after_dir=NEW/uci \
-      --output_dir=results/ablations/box_muller_rerun
+      --output_dir=results/ablations/box_muller_normals [--methods=vi,refined_vi,vi_equal_compute]
 
 For a change that alters the random streams but not the method (new normal
 sampler, noise drawn ahead), every (dataset, method, seed) run of the two
@@ -69,7 +69,9 @@ def conclusions(runs: pd.DataFrame) -> dict[str, int]:
 
 def main(argv):
   del argv
-  before, after = load_runs(flags.FLAGS.before_dir), load_runs(flags.FLAGS.after_dir)
+  methods = flags.FLAGS.methods
+  before, after = (runs[runs["method"].isin(methods)] for runs in (
+      load_runs(flags.FLAGS.before_dir), load_runs(flags.FLAGS.after_dir)))
   # Both sides' conclusions over the same runs: those the rerun has.
   keys = ["dataset", "method", "seed"]
   before = before.merge(after[keys], on=keys)
@@ -95,7 +97,8 @@ def main(argv):
     handle.write("\n".join(text) + "\n")
   write_results(flags.FLAGS.output_dir, benchmark="comparisons", dataset="uci_rerun",
                 method="paired", seed=0,
-                flags={"before_dir": flags.FLAGS.before_dir, "after_dir": flags.FLAGS.after_dir},
+                flags={"before_dir": flags.FLAGS.before_dir, "after_dir": flags.FLAGS.after_dir,
+                       "methods": methods},
                 metrics=totals, timings={})
   print("\n".join(text))
 
@@ -104,4 +107,6 @@ if __name__ == "__main__":
   flags.DEFINE_string("before_dir", None, "The earlier table's runs (e.g. a worktree's results/uci).")
   flags.DEFINE_string("after_dir", None, "The rerun's runs.")
   flags.DEFINE_string("output_dir", None, "Where comparison.md and results.json go.")
+  flags.DEFINE_list("methods", ["vi", "refined_vi", "vi_equal_compute"],
+                    "The methods the rerun changed (the others are left out).")
   cli.run(main)
