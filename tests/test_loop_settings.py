@@ -55,10 +55,10 @@ def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call(
 def test_drawn_ahead_noise_gives_every_step_its_own_draw_from_the_same_estimator(num_members):
   """At learning rate 0 each step's ELBO estimate is an independent draw of the same minibatch
   estimator, whether the step draws its noise or takes it from a chunk: consecutive ones differ,
-  and mean and spread agree with the steps that draw inside. One training example, so that only
-  the weight noise varies between steps (a batch of copies of one example). Catches a chunk whose steps reuse one row of the draws
-  (estimates repeat within the chunk), and draws made for the wrong shape or stream (the mean or
-  spread moves)."""
+  and mean and spread agree with the steps that draw inside. The data are copies of one example,
+  so that only the weight noise varies between steps. Catches a chunk whose steps reuse one row
+  of the draws (estimates repeat within the chunk), and draws made for the wrong shape or stream
+  (the mean or spread moves)."""
   inside = _maximizer(LoopSettings(), num_members, one_example=True).maximize(400, 0.0)
   ahead = _maximizer(LoopSettings(noise_chunk_steps=100), num_members,
                      one_example=True).maximize(400, 0.0)

@@ -104,7 +104,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("before_dir", None, "The earlier table's runs (e.g. a worktree's results/uci).")
+  flags.DEFINE_string("before_dir", None, "The earlier table's runs (a worktree's results/uci).")
   flags.DEFINE_string("after_dir", None, "The rerun's runs.")
   flags.DEFINE_string("output_dir", None, "Where comparison.md and results.json go.")
   flags.DEFINE_list("methods", ["vi", "refined_vi", "vi_equal_compute"],
