@@ -39,6 +39,12 @@ def batch_shard(num_shards: int, shard_index) -> Iterator[None]:
     _current_shard.reset(token)
 
 
+def shard_count() -> int:
+  """The number of shards the batch is split into here (1 outside any)."""
+  shard = _current_shard.get()
+  return 1 if shard is None else shard[0]
+
+
 def global_rows(shape) -> tf.Tensor:
   """The shape to draw: `shape` (local batch first) with the batch axis scaled to the global one."""
   shape = tf.cast(shape, tf.int32)

@@ -280,32 +280,30 @@ class ElboMaximizer(tf.Module):
     with supplied_draws(self._step_plan[0], draws):
       return self._replica_step(indices, transform_seed, learning_rate)
 
-  def _chunk_of_steps(self, steps, indices, transform_seeds, draws, learning_rate):
-    """Runs `steps` (<= chunk) steps on one replica from noise drawn ahead; [chunk, M?] ELBOs
-    and KLs (rows past `steps` zero). Compiled with XLA under jit_compile."""
+  def _chunk_loop(self, step_fn, steps, indices, transform_seeds, draws, learning_rate):
+    """Runs `steps` (<= chunk) steps of `step_fn` from noise drawn ahead; [chunk, M?] ELBOs and
+    KLs (rows past `steps` zero, so that the shapes are static for XLA)."""
     _, elbo_shape, kl_shape = self._step_plan
     chunk = int(indices.shape[0])
     elbos, kls = tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])
     for step in tf.range(steps):
-      elbo, kl = self._supplied_step(indices[step], transform_seeds[step],
-                                     [d[step] for d in draws], learning_rate)
+      elbo, kl = step_fn(indices[step], transform_seeds[step], [d[step] for d in draws],
+                         learning_rate)
       elbos = tf.tensor_scatter_nd_update(elbos, [[step]], elbo[tf.newaxis])
       kls = tf.tensor_scatter_nd_update(kls, [[step]], kl[tf.newaxis])
     return elbos, kls
 
-  def _replicated_chunk(self, steps, indices, transform_seeds, draws, learning_rate):
-    """The same over several replicas: one `strategy.run` per step (its all-reduce cannot sit
+  def _chunk_of_steps(self, *arguments):
+    """A chunk on one replica: one computation, compiled with XLA under jit_compile."""
+    return self._chunk_loop(self._supplied_step, *arguments)
+
+  def _replicated_step(self, *arguments):
+    return self._first_replica(self.strategy.run(self._supplied_step, args=arguments))
+
+  def _replicated_chunk(self, *arguments):
+    """A chunk over several replicas: one `strategy.run` per step (its all-reduce cannot sit
     inside a compiled loop)."""
-    _, elbo_shape, kl_shape = self._step_plan
-    chunk = int(indices.shape[0])
-    elbos, kls = tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])
-    for step in tf.range(steps):
-      elbo, kl = self._first_replica(self.strategy.run(
-          self._supplied_step, args=(indices[step], transform_seeds[step],
-                                     [d[step] for d in draws], learning_rate)))
-      elbos = tf.tensor_scatter_nd_update(elbos, [[step]], elbo[tf.newaxis])
-      kls = tf.tensor_scatter_nd_update(kls, [[step]], kl[tf.newaxis])
-    return elbos, kls
+    return self._chunk_loop(self._replicated_step, *arguments)
 
   def _run_drawn_ahead(self, num_steps, learning_rate) -> tuple[tf.Tensor, tf.Tensor]:
     """Chunks of steps, each with its indices and noise drawn before it (one counter of each

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util  # shape inference of shape tensors
 
-from auxiliary_sampling.batch_shards import global_rows, local_rows
+from auxiliary_sampling.batch_shards import global_rows, local_rows, shard_count
 
 AddWeight = Callable[..., tf.Variable]
 
@@ -198,7 +198,12 @@ class MemberNoise(tf.Module):
       drawn_shape = tf.concat([[self.total_members], drawn_shape], 0)
     plan = _draw_plan.get()
     if plan is not None:
-      draws = plan.take(DrawRequest(self, kind, _static_shape(drawn_shape), tf.as_dtype(dtype)))
+      static_shape = list(_static_shape(shape))
+      if per_example:
+        static_shape[0] *= shard_count()
+      if self.num_members is not None:
+        static_shape = [self.total_members] + static_shape
+      draws = plan.take(DrawRequest(self, kind, tuple(static_shape), tf.as_dtype(dtype)))
     else:
       draws = _SAMPLERS[kind](drawn_shape, tf.stack([self.seed, self.counter.assign_add(1)]),
                               dtype)

@@ -231,14 +231,18 @@ def _uci(*flags, cpu_devices=2):
                         text=True, timeout=300, env=_environment(cpu_devices))
 
 
-@pytest.mark.parametrize("method", ["refined_vi", "refined_vogn"])
-def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, method):
+@pytest.mark.parametrize("method,loop", [("refined_vi", []), ("refined_vogn", []),
+                                         ("refined_vi", ["--noise_chunk_steps=40"])])
+def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, method, loop):
   """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device.
   For VOGN this catches per-replica curvature means not all-reduced, and its updates written
-  with `assign` in replica context (MirroredStrategy refuses them)."""
+  with `assign` in replica context (MirroredStrategy refuses them). With noise drawn ahead (one
+  device: XLA-compilable chunks; two: a strategy.run per step) it catches replicas that cut the
+  chunk's draws to the wrong rows."""
   runs = {}
   for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2"])):
-    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *flags)
+    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *flags,
+                     *loop)
     assert completed.returncode == 0, completed.stderr[-2000:]
     runs[name] = json.loads((tmp_path / name / "results.json").read_text())
   assert runs["two"]["machine"]["replicas"] == 2
