@@ -60,6 +60,26 @@ def test_seed_everything_rejects_bad_seeds():
     seed_everything(-1)
 
 
+def test_seeding_builds_the_same_weights_after_a_keras_set_random_seed_elsewhere():
+  """Catches seeding that leaves Keras' own seed generator in place: after any
+  `tf.keras.utils.set_random_seed` in the process (test_baselines calls it), initialisers drew
+  their seeds from it, so a model seeded with seed_everything(0) got other weights than in a fresh
+  process, and tests comparing two freshly seeded models failed depending on test order."""
+  import tensorflow as tf
+  import tf_keras
+
+  def weights_after_seeding():
+    seed_everything(0)
+    layer = tf_keras.layers.Dense(4)
+    layer(tf.zeros([1, 3]))
+    return layer.kernel.numpy()
+
+  fresh = weights_after_seeding()
+  tf_keras.utils.set_random_seed(5)
+  tf_keras.layers.Dense(2)(tf.zeros([1, 3]))
+  np.testing.assert_array_equal(weights_after_seeding(), fresh)
+
+
 def test_log_mean_exp_and_predictive_likelihoods():
   values = np.log(np.array([[0.2, 0.5], [0.4, 0.1]]))
   assert predictive.log_mean_exp(values, axis=0).numpy() == pytest.approx(np.log([0.3, 0.3]))
