@@ -171,6 +171,16 @@ class ElboMaximizer(tf.Module):
     inputs, labels = self._gather(self.inputs, indices), self._gather(self.labels, indices)
     return context, num_replicas, replica, inputs, labels
 
+  def _replica_terms(self, num_replicas: int, replica, inputs, labels,
+                     transform_seed) -> tuple[tf.Tensor, tf.Tensor]:
+    """The ELBO's two terms on this replica's examples (expected log-likelihood, KL): the forward
+    pass of a step, where all its random draws are made."""
+    with batch_shard(num_replicas, replica):
+      if self.input_transform is not None:
+        inputs = self.input_transform(inputs, transform_seed)
+      kl = self.kl_fn()
+      return self.expected_log_likelihood_on_batch(inputs, labels), kl
+
   def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
                     learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One Adam step on this replica's share of the global batch `indices`; (ELBO, KL).
@@ -182,17 +192,14 @@ class ElboMaximizer(tf.Module):
     the same objective as on one device, whatever R is.
     """
     context, num_replicas, replica, inputs, labels = self._replica_share(indices)
-    with batch_shard(num_replicas, replica):
-      if self.input_transform is not None:
-        inputs = self.input_transform(inputs, transform_seed)
-      with tf.GradientTape() as tape:
-        kl = self.kl_fn()
-        expected_log_likelihood = self.expected_log_likelihood_on_batch(inputs, labels)
-        elbo = expected_log_likelihood - kl
-        # Members are independent, so the sum's gradient is each member's own.
-        loss = -tf.reduce_sum(elbo if num_replicas == 1 else elbo / num_replicas
-                              ) / self._num_examples_float
-      gradients = tape.gradient(loss, self.variables_to_train)
+    with tf.GradientTape() as tape:
+      expected_log_likelihood, kl = self._replica_terms(num_replicas, replica, inputs, labels,
+                                                        transform_seed)
+      elbo = expected_log_likelihood - kl
+      # Members are independent, so the sum's gradient is each member's own.
+      loss = -tf.reduce_sum(elbo if num_replicas == 1 else elbo / num_replicas
+                            ) / self._num_examples_float
+    gradients = tape.gradient(loss, self.variables_to_train)
     if num_replicas > 1:
       gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
       elbo = context.all_reduce(tf.distribute.ReduceOp.MEAN, expected_log_likelihood) - kl
@@ -231,23 +238,24 @@ class ElboMaximizer(tf.Module):
     return elbo_trace.stack(), kl_trace.stack()
 
   def _record_step_plan(self) -> None:
-    """Traces one step (never runs it) to note the draws its layers make and its outputs'
-    shapes; each replica traces its own step, and all make the same requests."""
+    """Traces one step's forward pass (never runs it; the gradient and update draw nothing) to
+    note the draws its layers make and its outputs' shapes; each replica traces its own, and all
+    make the same requests."""
     recorded = []
 
-    def recording_step(indices, transform_seed, learning_rate):
+    def recording_step(indices, transform_seed):
+      _, num_replicas, replica, inputs, labels = self._replica_share(indices)
       with recorded_draws() as requests:
-        elbo, kl = self._replica_step(indices, transform_seed, learning_rate)
-      recorded.append((requests, elbo.shape, kl.shape))
-      return elbo, kl
+        expected_log_likelihood, kl = self._replica_terms(num_replicas, replica, inputs, labels,
+                                                          transform_seed)
+      recorded.append((requests, (expected_log_likelihood - kl).shape, kl.shape))
 
     @tf.function
     def trace():
       shape = ([self.batch_size] if self.member_batches is None
                else [self.member_batches, self.batch_size])
       transform_seed = None if self.input_transform is None else tf.zeros([2], tf.int64)
-      self.strategy.run(recording_step,
-                        args=(tf.zeros(shape, tf.int64), transform_seed, tf.constant(0.0)))
+      self.strategy.run(recording_step, args=(tf.zeros(shape, tf.int64), transform_seed))
 
     trace.get_concrete_function()
     self._step_plan = recorded[0]
