@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.config import ENSEMBLE, EXTRA_VI, VI, VOGN
+from baselines.config import ENSEMBLE, EXTRA_VI, VI, VOGN, MethodConfig
 from baselines.image_config import ImageClassificationConfig
 from common import images
-from common.config import UsageError, setting
+from common.config import UsageError, setting, with_default
 
 ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
 PIXEL_SCALINGS = ("by_method",) + images.PIXEL_SCALINGS
@@ -47,6 +47,9 @@ class ImageConfig(ImageClassificationConfig):
       "VI family: the posterior scales start at softplus of this. -4 (0.018) lands VI within 2 "
       "paper std on MNIST and Fashion-MNIST (image/README.md); -7 (9e-4) is the authors' code.",
       minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN))
+  # LeNet-5 steps take ~0.1 s here: 1,000 of them are a few minutes of work lost to a kill (the
+  # ensemble's 5,000 steps of all members are about two hours), and a progress line as often.
+  steps_per_checkpoint: int = with_default(MethodConfig, "steps_per_checkpoint", 1_000)
 
   def __post_init__(self):
     # Recorded resolved, so that a rerun compares the scaling a run really used.

@@ -131,6 +131,15 @@ def test_by_method_pixel_scaling_follows_each_rows_source(method, scaling):
   assert ImageConfig(method=method, pixel_scaling="standardise").pixel_scaling == "standardise"
 
 
+@pytest.mark.parametrize("trainer", ["vi", "mnf", "deep_ensemble"])
+def test_paper_scale_runs_checkpoint_several_times_before_their_end(trainer):
+  """Catches a checkpoint interval as long as the run: the 10-member ensemble's 5,000 steps took
+  two hours here with no checkpoint before the last step, so a kill lost all of it."""
+  config = ImageConfig(method=trainer)
+  steps = config.num_steps(trainer, 60_000)
+  assert steps >= 5 * config.checkpoint_interval(60_000)
+
+
 def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
   corrupted = tmp_path / "data" / "fashion_mnist"
   shutil.copytree(os.path.join(DATA, "fashion_mnist"), corrupted)
