@@ -154,4 +154,16 @@ def describe_strategy(strategy: Any) -> dict[str, Any]:
     devices = list(strategy.extended.worker_devices)
   return {"strategy": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
           "devices": devices,
-          "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}
+          "intra_op_threads": intra_op_threads_in_use()}
+
+
+def intra_op_threads_in_use() -> int:
+  """Threads each op may use: --intra_op_threads if set, else $TF_NUM_INTRAOP_THREADS (which
+  TensorFlow reads at start-up, and its getter does not report), else 0 (TensorFlow's choice:
+  every core)."""
+  import tensorflow as tf
+  configured = tf.config.threading.get_intra_op_parallelism_threads()
+  if configured:
+    return configured
+  from_environment = os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip()
+  return int(from_environment) if from_environment.isdigit() else 0

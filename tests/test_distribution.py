@@ -306,3 +306,19 @@ def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices
   assert message in completed.stderr
   assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
   assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("configured, environment, recorded", [
+    (0, "1", 1), (2, "1", 2), (0, None, 0), (0, "lots", 0)])
+def test_the_machine_record_names_the_threads_the_run_used(monkeypatch, configured, environment,
+                                                          recorded):
+  """Catches the machine record saying 0 (every core) for runs that $TF_NUM_INTRAOP_THREADS=1
+  held to one thread, as Table 2's queued runs are: TensorFlow's getter reports only the flag."""
+  import tensorflow as tf
+  from common.distribution import intra_op_threads_in_use
+  monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: configured)
+  if environment is None:
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
+  else:
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", environment)
+  assert intra_op_threads_in_use() == recorded
