@@ -67,7 +67,9 @@ def _ours(inputs, labels, seed: int, xla: bool = False):
   from auxiliary_sampling.elbo_maximizer import ElboMaximizer
   from auxiliary_sampling.layers import DenseReparameterization
   from auxiliary_sampling.loop_settings import LoopSettings
-  tf.random.set_seed(seed)
+  from common.seeding import seed_everything
+  # NumPy too: the layers' noise streams take their seeds from it.
+  seed_everything(seed)
   model = tf_keras.Sequential([
       DenseReparameterization(HIDDEN, activation="relu", trainable_prior_scale=False),
       DenseReparameterization(1, trainable_prior_scale=False)])
