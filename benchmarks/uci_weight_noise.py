@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pandas as pd
 from absl import flags
 
-from common import cli
+from common import cli, paired_runs
 from common.report_appendix import to_markdown
 from common.results import atomic_output, write_results
 from uci.table import load_runs
@@ -49,22 +48,9 @@ def compare(baseline: pd.DataFrame, variant: pd.DataFrame) -> pd.DataFrame:
 
   A paired difference is variant - baseline.
   """
-  paired = baseline.join(variant, how="inner", lsuffix="_per_example", rsuffix="_per_batch")
-  if paired.empty:
-    raise ValueError("the two tables have no (dataset, seed) in common")
-  rows = []
-  for dataset, group in paired.groupby(level="dataset"):
-    row = {"dataset": dataset, "seeds": len(group)}
-    for metric in METRICS:
-      before, after = group[f"{metric}_per_example"], group[f"{metric}_per_batch"]
-      difference = after - before
-      row[f"{metric}_per_example"] = before.mean()
-      row[f"{metric}_per_batch"] = after.mean()
-      row[f"{metric}_difference"] = difference.mean()
-      row[f"{metric}_difference_se"] = (difference.std(ddof=1) / np.sqrt(len(group))
-                                        if len(group) > 1 else float("nan"))
-    rows.append(row)
-  return pd.DataFrame(rows).set_index("dataset")
+  return paired_runs.paired_differences(
+      baseline.reset_index(), variant.reset_index(), group_by=["dataset"], metrics=METRICS,
+      labels=("per_example", "per_batch")).set_index("dataset")
 
 
 def main(argv):

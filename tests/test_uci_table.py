@@ -92,5 +92,5 @@ def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():
       np.std([-0.2, 0.3], ddof=1) / np.sqrt(2))
   assert table.loc["wine", "elbo_aux_difference"] == pytest.approx(-1.5)   # (-14 - -10, -11 - -12)
   assert table.loc["yacht", "refine_to_train_per_batch"] == pytest.approx(0.1)
-  with pytest.raises(ValueError, match="no \\(dataset, seed\\) in common"):
+  with pytest.raises(ValueError, match="no \\(dataset, seed\\) run in common"):
     compare(baseline.iloc[:1], variant.iloc[2:])

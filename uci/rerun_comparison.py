@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from absl import flags
 
-from common import cli
+from common import cli, paired_runs
 from common.report_appendix import to_markdown
 from common.results import atomic_output, write_results
 from uci.table import load_runs
@@ -31,26 +31,9 @@ METRICS = ("test_mll", "test_rmse", "elbo", "elbo_aux")
 def paired_differences(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
   """Per (dataset, method): means before and after, and the paired difference's mean and
   standard error over the seeds both tables hold."""
-  keys = ["dataset", "method", "seed"]
   metrics = [m for m in METRICS if m in before.columns and m in after.columns]
-  paired = before.set_index(keys)[metrics].join(after.set_index(keys)[metrics], how="inner",
-                                                lsuffix="_before", rsuffix="_after")
-  if paired.empty:
-    raise ValueError("the two tables have no (dataset, method, seed) run in common")
-  rows = []
-  for (dataset, method), group in paired.groupby(level=["dataset", "method"]):
-    row = {"dataset": dataset, "method": method, "seeds": len(group)}
-    for metric in metrics:
-      difference = (group[f"{metric}_after"] - group[f"{metric}_before"]).dropna()
-      if difference.empty:
-        continue
-      row[f"{metric}_before"] = group[f"{metric}_before"].mean()
-      row[f"{metric}_after"] = group[f"{metric}_after"].mean()
-      row[f"{metric}_difference"] = difference.mean()
-      row[f"{metric}_difference_se"] = (difference.std(ddof=1) / np.sqrt(len(difference))
-                                        if len(difference) > 1 else float("nan"))
-    rows.append(row)
-  return pd.DataFrame(rows)
+  return paired_runs.paired_differences(before, after, group_by=["dataset", "method"],
+                                        metrics=metrics)
 
 
 def conclusions(runs: pd.DataFrame) -> dict[str, int]:
