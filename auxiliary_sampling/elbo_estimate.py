@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
@@ -53,19 +54,20 @@ def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: Log
                    kl=model_kl(model).numpy().astype(np.float64))
 
 
-@tf.function(reduce_retracing=True)
+@graph_function(reduce_retracing=True)
 def _summed_log_likelihood(model: tf.Module, inputs: tf.Tensor, labels: tf.Tensor,
                            log_likelihood_fn: LogLikelihoodFn, batch_size: int,
                            num_samples: int) -> tf.Tensor:
   """sum_n log p(y_n | x_n, w) over the data, once per posterior draw, summed over draws."""
   num_examples = tf.shape(inputs)[0]
   num_batches = (num_examples + batch_size - 1) // batch_size
-  total = tf.zeros_like(model_kl(model), dtype=tf.float64)
-  for index in tf.range(num_samples * num_batches):
+
+  def add_batch(index, total):
     start = (index % num_batches) * batch_size
     batch_labels = labels[start:start + batch_size]
     with weight_noise_scope("per_example"):
       outputs = model(inputs[start:start + batch_size], training=False)
     log_likelihood = log_likelihood_fn(batch_labels, outputs)
-    total += tf.reduce_sum(tf.cast(log_likelihood, tf.float64), axis=-1)
-  return total
+    return (total + tf.reduce_sum(tf.cast(log_likelihood, tf.float64), axis=-1),)
+  return counted_loop(num_samples * num_batches, add_batch,
+                      (tf.zeros_like(model_kl(model), dtype=tf.float64),))[0]

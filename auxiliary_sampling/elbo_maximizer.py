@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.batch_shards import batch_shard
+from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.loop_settings import LoopSettings, current_loop_settings
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.noise import DrawRequest, derived_seed, recorded_draws, supplied_draws
@@ -118,8 +119,8 @@ class ElboMaximizer(tf.Module):
                        "(TPUStrategy compiles its steps itself)")
     # The draws one step makes, and its outputs' shapes: recorded by tracing it once.
     self._step_plan: Optional[tuple[list[DrawRequest], tf.TensorShape, tf.TensorShape]] = None
-    self._compiled_chunk = tf.function(self._chunk_of_steps,
-                                       jit_compile=self.loop_settings.jit_compile)
+    self._compiled_chunk = graph_function(self._chunk_of_steps,
+                                          jit_compile=self.loop_settings.jit_compile)
 
   def _batch_indices(self) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
     """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
@@ -210,7 +211,7 @@ class ElboMaximizer(tf.Module):
     """Values equal on every replica (all-reduced): the first replica's."""
     return tuple(self.strategy.experimental_local_results(value)[0] for value in values)
 
-  @tf.function
+  @graph_function
   def run(self, num_steps: tf.Tensor, learning_rate: tf.Tensor,
           elbo_offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """`num_steps` Adam steps; returns the [num_steps, M?] traces of ELBO estimates and KLs.
@@ -227,14 +228,14 @@ class ElboMaximizer(tf.Module):
 
   def _run_drawing_inside(self, num_steps, learning_rate) -> tuple[tf.Tensor, tf.Tensor]:
     """Steps that draw their own noise: one counter of each stream per step."""
-    elbo_trace = tf.TensorArray(tf.float32, size=num_steps)
-    kl_trace = tf.TensorArray(tf.float32, size=num_steps)
-    for step in tf.range(num_steps):
+    def step(index, elbo_trace, kl_trace):
       indices, transform_seed = self._batch_indices()
       elbo, kl = self._first_replica(self.strategy.run(
           self._replica_step, args=(indices, transform_seed, learning_rate)))
-      elbo_trace = elbo_trace.write(step, elbo)
-      kl_trace = kl_trace.write(step, tf.broadcast_to(kl, tf.shape(elbo)))
+      return (elbo_trace.write(index, elbo),
+              kl_trace.write(index, tf.broadcast_to(kl, tf.shape(elbo))))
+    elbo_trace, kl_trace = counted_loop(num_steps, step, (
+        tf.TensorArray(tf.float32, size=num_steps), tf.TensorArray(tf.float32, size=num_steps)))
     return elbo_trace.stack(), kl_trace.stack()
 
   def _record_step_plan(self) -> None:
@@ -250,7 +251,7 @@ class ElboMaximizer(tf.Module):
                                                           transform_seed)
       recorded.append((requests, (expected_log_likelihood - kl).shape, kl.shape))
 
-    @tf.function
+    @graph_function
     def trace():
       shape = ([self.batch_size] if self.member_batches is None
                else [self.member_batches, self.batch_size])
@@ -293,13 +294,13 @@ class ElboMaximizer(tf.Module):
     KLs (rows past `steps` zero, so that the shapes are static for XLA)."""
     _, elbo_shape, kl_shape = self._step_plan
     chunk = int(indices.shape[0])
-    elbos, kls = tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])
-    for step in tf.range(steps):
-      elbo, kl = step_fn(indices[step], transform_seeds[step], [d[step] for d in draws],
+    def step(index, elbos, kls):
+      elbo, kl = step_fn(indices[index], transform_seeds[index], [d[index] for d in draws],
                          learning_rate)
-      elbos = tf.tensor_scatter_nd_update(elbos, [[step]], elbo[tf.newaxis])
-      kls = tf.tensor_scatter_nd_update(kls, [[step]], kl[tf.newaxis])
-    return elbos, kls
+      return (tf.tensor_scatter_nd_update(elbos, [[index]], elbo[tf.newaxis]),
+              tf.tensor_scatter_nd_update(kls, [[index]], kl[tf.newaxis]))
+    return counted_loop(steps, step,
+                        (tf.zeros([chunk, *elbo_shape]), tf.zeros([chunk, *kl_shape])))
 
   def _chunk_of_steps(self, *arguments):
     """A chunk on one replica: one computation, compiled with XLA under jit_compile."""
@@ -320,9 +321,8 @@ class ElboMaximizer(tf.Module):
       self._record_step_plan()
     chunk = self._chunk_length()
     num_chunks = (num_steps + chunk - 1) // chunk
-    elbo_chunks = tf.TensorArray(tf.float32, size=num_chunks)
-    kl_chunks = tf.TensorArray(tf.float32, size=num_chunks)
-    for number in tf.range(num_chunks):
+
+    def run_chunk(number, elbo_chunks, kl_chunks):
       steps = tf.minimum(chunk, num_steps - number * chunk)
       indices, transform_seeds = self._chunk_batches(chunk, steps)
       draws = [request.draw_ahead(chunk) for request in self._step_plan[0]]
@@ -331,8 +331,9 @@ class ElboMaximizer(tf.Module):
         elbos, kls = self._first_replica(self.strategy.run(self._compiled_chunk, args=arguments))
       else:
         elbos, kls = self._replicated_chunk(*arguments)
-      elbo_chunks = elbo_chunks.write(number, elbos)
-      kl_chunks = kl_chunks.write(number, kls)
+      return elbo_chunks.write(number, elbos), kl_chunks.write(number, kls)
+    elbo_chunks, kl_chunks = counted_loop(num_chunks, run_chunk, (
+        tf.TensorArray(tf.float32, size=num_chunks), tf.TensorArray(tf.float32, size=num_chunks)))
     return elbo_chunks.concat()[:num_steps], kl_chunks.concat()[:num_steps]
 
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.linear_calls import LinearCall, record
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
@@ -67,6 +68,7 @@ class MaxPool2D(tf_keras.layers.Layer):
     self.pool_size, self.strides = pool_size, strides or pool_size
     self.padding = padding_argument(padding)
 
+  @no_autograph
   def call(self, inputs):
     leading = tf.shape(inputs)[:-3]
     folded = tf.reshape(inputs, tf.concat([[-1], tf.shape(inputs)[-3:]], 0))
@@ -77,6 +79,7 @@ class MaxPool2D(tf_keras.layers.Layer):
 class FlattenImage(tf_keras.layers.Layer):
   """[..., H, W, C] -> [..., H * W * C], keeping any leading (member, batch) axes."""
 
+  @no_autograph
   def call(self, inputs):
     height, width, channels = inputs.shape[-3:]
     return tf.reshape(inputs, tf.concat([tf.shape(inputs)[:-3], [height * width * channels]], 0))
@@ -94,6 +97,7 @@ class LayerChain(tf_keras.layers.Layer):
     super().__init__(**kwargs)
     self.chain = list(layers)
 
+  @no_autograph
   def call(self, inputs, training=None):
     outputs = inputs
     for layer in self.chain:
@@ -186,6 +190,7 @@ class DenseReparameterization(MeanFieldLayer):
     """
     return tf.matmul(inputs if inputs.shape.rank == 3 else inputs[tf.newaxis], kernels)
 
+  @no_autograph
   def call(self, inputs, weight_noise: Optional[str] = None):
     """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
@@ -251,6 +256,7 @@ class Conv2DFlipout(MeanFieldLayer):
       return tf.nn.conv2d(inputs, kernel, self.strides, self.padding)
     return member_conv2d(inputs, kernel, self.strides, self.padding)
 
+  @no_autograph
   def call(self, inputs, weight_noise: Optional[str] = None):
     """`weight_noise`: see `auxiliary_sampling.weight_noise` (None: the enclosing scope's)."""
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
@@ -305,6 +311,7 @@ class GaussianSample(MeanFieldLayer):
     self.noise = self._add_noise()
     super().build(input_shape)
 
+  @no_autograph
   def call(self, inputs):
     """`inputs` only carries the batch size: [batch, ...] without a member axis."""
     batch = dimension(inputs, 0)

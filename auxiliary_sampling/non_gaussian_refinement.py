@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.conditionals import normal_log_prob
+from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.stable_auxiliaries import (StableBlock, log_prob_np,
@@ -131,10 +132,9 @@ class NonGaussianRefinement(tf.Module):
 
   def _fit_function(self):
     if self.num_fixed not in self._fit_functions:   # the log joint's structure depends on k
-      @tf.function
+      @graph_function
       def fit(num_steps, learning_rate):
-        trace = tf.TensorArray(tf.float32, size=num_steps)
-        for step in tf.range(num_steps):
+        def step_of(step, trace):
           with tf.GradientTape() as tape:
             elbo = self.conditional_elbo(self.num_mc_samples)
             loss = -tf.reduce_sum(elbo)   # members are independent
@@ -142,8 +142,9 @@ class NonGaussianRefinement(tf.Module):
           # whose ELBO loss would otherwise be charged to every refinement stage.
           decay = 1.0 - tf.cast(step, tf.float32) / tf.cast(num_steps, tf.float32)
           self.optimizer.apply(tape.gradient(loss, self.variables_to_train), learning_rate * decay)
-          trace = trace.write(step, elbo)
-        return trace.stack()
+          return (trace.write(step, elbo),)
+        return counted_loop(num_steps, step_of,
+                            (tf.TensorArray(tf.float32, size=num_steps),))[0].stack()
       self._fit_functions[self.num_fixed] = fit
     return self._fit_functions[self.num_fixed]
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
                                                   num_members_of)
@@ -238,7 +239,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   auxiliary_noise = MemberNoise(num_samples, total_members, member_offset, name="auxiliary_noise")
   auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
 
-  @tf.function
+  @graph_function
   def condition(variance_fraction, remaining_fraction):
     log_ratios = [p.condition_on_auxiliary(variance_fraction, remaining_fraction,
                                            auxiliary_noise.normal(p.event_shape))

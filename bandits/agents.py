@@ -28,6 +28,7 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.noise import MemberNoise, derived_seed
@@ -63,6 +64,7 @@ class RewardModel(tf_keras.layers.Layer):
       inputs = layer(inputs)
     return inputs
 
+  @no_autograph
   def call(self, inputs, training=None):
     del training
     if self.reward_model == "action_input":
@@ -169,7 +171,7 @@ class Agent(tf.Module):
     """[seeds, variants] actions for contexts [seeds, F] at bandit step `step`."""
     raise NotImplementedError
 
-  @tf.function
+  @graph_function
   def observe(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> tf.Tensor:
     """Appends each member's observation and updates its model; returns the last step's
     objective estimate per member (ELBO, or log-likelihood for point weights)."""
@@ -221,7 +223,7 @@ class ThompsonAgent(Agent):
     num_steps = tf.where(self.history.count > 0, self.config.refine_steps, 0)
     self.refiner.run(num_steps, tf.constant(self.config.learning_rate), tf.constant(0.0))
 
-  @tf.function
+  @graph_function
   def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     del step
     samples = self.config.num_thompson_samples
@@ -250,7 +252,7 @@ class EpsilonGreedyAgent(Agent):
   def line_names(self) -> list[str]:
     return [f"eps_greedy_{epsilon:g}" for epsilon in self.config.epsilons]
 
-  @tf.function
+  @graph_function
   def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     means = self.model.action_means(self._member_contexts(contexts)[:, tf.newaxis])[:, 0]
     greedy = tf.reshape(_greedy(means), [self.num_seeds, self.num_variants])

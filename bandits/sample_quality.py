@@ -62,6 +62,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
   import tensorflow as tf
   from bandits import mushroom
   from bandits.agents import ThompsonAgent
+  from auxiliary_sampling.graph_loops import graph_function
   from auxiliary_sampling.weight_noise import weight_noise_scope
 
   seeds = np.array(config.seeds)
@@ -86,7 +87,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
   samples = config.num_thompson_samples
   num_seeds = len(seeds)
 
-  @tf.function
+  @graph_function
   def vi_eat_means():
     with weight_noise_scope("per_batch"):
       means = tf.stack([agent.model.action_means(
@@ -94,7 +95,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
                         for _ in range(samples)], axis=1)          # [seeds, samples, n, A]
     return means[..., mushroom.EAT]
 
-  @tf.function
+  @graph_function
   def refined_eat_means():
     with weight_noise_scope("per_batch"):
       agent._refine_samples()

@@ -14,6 +14,7 @@ from typing import Optional
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.validation import check_integer
 
 
@@ -75,6 +76,7 @@ class MemberBatchNormalization(tf_keras.layers.Layer):
     mean = total / count
     return mean, tf.maximum(squares / count - tf.square(mean), 0.0), count
 
+  @no_autograph
   def call(self, inputs, training=None):
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     rank = inputs.shape.rank

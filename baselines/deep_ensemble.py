@@ -17,6 +17,7 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
@@ -69,6 +70,7 @@ class MemberDense(tf_keras.layers.Layer):
                                 initializer="zeros")
     super().build(input_shape)
 
+  @no_autograph
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     if inputs.shape.rank == 2:
@@ -116,6 +118,7 @@ class MemberConv2D(tf_keras.layers.Layer):
                                   initializer="zeros")
     super().build(input_shape)
 
+  @no_autograph
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.compute_dtype)
     if self.num_members is None:
@@ -137,6 +140,7 @@ class MemberConv2D(tf_keras.layers.Layer):
 class HeteroscedasticGaussianHead(tf_keras.layers.Layer):
   """Maps [..., 2] raw outputs to (mean, standard deviation) with variance softplus(raw) + 1e-6."""
 
+  @no_autograph
   def call(self, raw):
     variance = tf.nn.softplus(raw[..., 1:2]) + VARIANCE_FLOOR
     return tf.concat([raw[..., 0:1], tf.sqrt(variance)], axis=-1)

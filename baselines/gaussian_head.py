@@ -14,6 +14,7 @@ from typing import Optional
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 
@@ -42,6 +43,7 @@ class HomoscedasticNoise(tf_keras.layers.Layer):
   def noise_scale(self) -> tf.Tensor:
     return tf.nn.softplus(self.untransformed_noise_scale) + MINIMUM_SCALE
 
+  @no_autograph
   def call(self, mean):
     scale = self.noise_scale
     if self.num_members is not None:

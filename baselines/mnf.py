@@ -33,6 +33,7 @@ import tf_keras
 
 from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import MemberNoise
@@ -281,6 +282,7 @@ class DenseMNF(_MNFLayer):
     self._build_parameters([int(input_shape[-1]), self.units], self.units)
     super().build(input_shape)
 
+  @no_autograph
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     if inputs.shape.rank != 2:
@@ -312,6 +314,7 @@ class Conv2DMNF(_MNFLayer):
         list(self.kernel_size) + [int(input_shape[-1]), self.filters], self.filters)
     super().build(input_shape)
 
+  @no_autograph
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs, self.dtype)
     if inputs.shape.rank != 4:

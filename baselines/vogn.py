@@ -38,6 +38,7 @@ import tensorflow_probability as tfp
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.batch_shards import batch_shard
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.linear_calls import (LinearCall, calls_producing, gauss_newton_mean,
                                              mean_and_mean_square, record_linear_calls)
 from auxiliary_sampling.model_parameters import mean_field_parameters
@@ -216,7 +217,7 @@ class VognMaximizer(ElboMaximizer):
     _write(self.optimizer.curvature_initialised, True)
     self.set_posterior_scales()
 
-  @tf.function
+  @graph_function
   def _initialise(self, indices: tf.Tensor) -> None:
     self.strategy.run(self._replica_initialise, args=(indices,))
 

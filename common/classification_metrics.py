@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.predictive import log_mean_exp, to_float32_if_half
 from auxiliary_sampling.progress import ProgressLog
 
@@ -41,7 +42,7 @@ def predict_member_log_probabilities(sample_logits: Callable[[tf.Tensor], tf.Ten
     logits = to_float32_if_half(sample_logits(images))
     logits = logits[tf.newaxis] if logits.shape.rank == 2 else logits
     return tf.nn.log_softmax(logits, axis=-1)
-  predict = tf.function(member_log_softmax, reduce_retracing=True)
+  predict = graph_function(member_log_softmax, reduce_retracing=True)
   num_batches = int(dataset.cardinality().numpy())
   progress = ProgressLog("evaluation (batches)", max(num_batches, 0))
   outputs = []

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Optional
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import derived_seed
@@ -100,6 +101,7 @@ class ResidualBlock(tf_keras.layers.Layer):
     self.shortcut = parts.conv(filters, 1, strides, bayesian=False) if strides != 1 else None
     self.activation = tf_keras.activations.get(parts.activation)
 
+  @no_autograph
   def call(self, inputs, training=None):
     outputs = self.first(inputs)
     if self.first_norm is not None:
@@ -129,6 +131,7 @@ class ResNet20(tf_keras.layers.Layer):
     self.head = parts.head(num_classes)
     self.activation = tf_keras.activations.get(parts.activation)
 
+  @no_autograph
   def call(self, inputs, training=None):
     outputs = self.activation(self.stem(inputs))
     for block in self.blocks:
