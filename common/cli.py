@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -30,7 +30,7 @@ from absl import logging as absl_logging
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
 from common.distribution import (DeviceConfig, describe_strategy, set_thread_count,
-                                 split_cpu_for_tests, strategy_for)
+                                 split_cpu_for_tests, strategy_for, use_xla_cache)
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -205,15 +205,18 @@ def _stderr_silenced() -> Iterator[None]:
     os.close(saved)
 
 
-def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int = 0) -> None:
-  """Imports TensorFlow, sets its threads and finds its devices without its start-up noise on
-  stderr.
+def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int = 0,
+                             xla_cache_dir: Optional[str] = None) -> None:
+  """Imports TensorFlow (its XLA cache at `xla_cache_dir`, if given), sets its threads and finds
+  its devices without its start-up noise on stderr.
 
   Also silences TensorFlow's INFO and WARNING logging (for example the checkpoint
   saver's per-save lines) unless `show_logging`.
   """
   if not show_logging:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  if xla_cache_dir is not None:
+    use_xla_cache(xla_cache_dir)
   with contextlib.nullcontext() if show_logging else _stderr_silenced():
     import tensorflow as tf
     split_cpu_for_tests()
@@ -267,7 +270,8 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return
     note_start_commit()
-    quiet_tensorflow_startup(flags.FLAGS.tf_log, getattr(config, "intra_op_threads", 0))
+    quiet_tensorflow_startup(flags.FLAGS.tf_log, getattr(config, "intra_op_threads", 0),
+                             getattr(config, "xla_cache_dir", None))
     with _strategy_scope(config):
       metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:

@@ -8,7 +8,8 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
                    another number of replicas stops, instead of silently
                    training on other hardware than the script says.
   --noise_chunk_steps, --jit_compile: how the training loop runs on its device
-                   (`auxiliary_sampling.loop_settings`).
+                   (`auxiliary_sampling.loop_settings`); --xla_cache_dir keeps
+                   the compiled loops for later runs.
 `--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any, ClassVar, Optional
 
 from common.config import ALL, NOTHING, Config, UsageError, setting
@@ -59,6 +61,10 @@ class DeviceConfig(Config):
       0, "Draw the batch indices and weight noise of this many steps at once, ahead of them (0: "
       "each step draws its own inside it, the numbers of every committed run). Changes which "
       "numbers a run sees, not their distribution.", minimum=0, maximum=10_000, shapes=ALL)
+  xla_cache_dir: Optional[str] = setting(
+      None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
+      "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "
+      "compiling again: about 1 s less per maximiser for the UCI network.", shapes=NOTHING)
 
   def check(self) -> None:
     super().check()
@@ -68,6 +74,13 @@ class DeviceConfig(Config):
     if self.jit_compile and (self.use_gpu or self.tpu) and self.num_cores > 1:
       raise UsageError(f"--jit_compile compiles one device's loop, not {self.num_cores} replicas'; "
                        "allowed: --num_cores=1 with it (TPUStrategy compiles its steps itself)")
+    if self.xla_cache_dir is not None and not self.jit_compile:
+      raise UsageError(f"--xla_cache_dir={self.xla_cache_dir} keeps XLA's compiled chunks, but "
+                       "nothing is compiled without --jit_compile; allowed: it with --jit_compile")
+    if self.xla_cache_dir is not None and os.path.exists(self.xla_cache_dir) and not (
+        os.path.isdir(self.xla_cache_dir)):
+      raise UsageError(f"--xla_cache_dir={self.xla_cache_dir} is a file; allowed: a directory "
+                       "(made if missing)")
     if self.use_gpu and self.tpu:
       raise UsageError(f"--use_gpu and --tpu={self.tpu} were both given; allowed: one of them")
     if self.num_cores > 1 and not (self.use_gpu or self.tpu):
@@ -110,6 +123,18 @@ def split_cpu_for_tests() -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+def use_xla_cache(directory: str) -> None:
+  """Points XLA's persistent compilation cache at `directory` (--xla_cache_dir), keyed by each
+  compiled computation and XLA's flags, so a stale entry is never loaded for another computation.
+  TensorFlow reads the setting ($TF_XLA_FLAGS) when it starts: call this before importing it."""
+  if "tensorflow" in sys.modules:
+    raise RuntimeError("use_xla_cache must run before TensorFlow is imported, which reads "
+                       "$TF_XLA_FLAGS once at start-up")
+  os.makedirs(directory, exist_ok=True)
+  flag = f"--tf_xla_persistent_cache_directory={os.path.abspath(directory)}"
+  os.environ["TF_XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("TF_XLA_FLAGS"), flag]))
 
 
 def set_thread_count(intra_op_threads: int) -> None:

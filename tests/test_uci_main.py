@@ -168,17 +168,31 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
 
 def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(tmp_path):
   """--jit_compile with --noise_chunk_steps end to end; the chunk length decides which numbers the
-  run sees, so a checkpoint made with another is refused (one line) rather than mixed in."""
-  out = tmp_path / "run"
+  run sees, so a checkpoint made with another is refused (one line) rather than mixed in.
+
+  With --xla_cache_dir the compiled chunks are kept, and a rerun that loads them gets the same
+  numbers: catches a cache that is never written (the flag set after TensorFlow read it) and one
+  that hands a run another computation's executable."""
+  out, cache = tmp_path / "run", tmp_path / "xla_cache"
   flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
            "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
            "--steps_per_auxiliary=30", "--elbo_num_samples=1",
            f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
-  completed = _run(*flags, "--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50")
+  xla = ["--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50",
+         f"--xla_cache_dir={cache}"]
+  completed = _run(*flags, *xla)
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((out / "results.json").read_text())
   assert results["flags"]["jit_compile"] and results["flags"]["noise_chunk_steps"] == 50
   assert results["metrics"]["elbo_aux"] > results["metrics"]["elbo"]
+  cached = sorted(os.listdir(cache))
+  assert len(cached) >= 2, cached        # at least VI's chunk and refinement's
+  rerun = _run(*flags, *xla, f"--output_dir={tmp_path / 'rerun'}",
+               f"--vi_checkpoint_dir={tmp_path / 'vi_rerun'}")
+  assert rerun.returncode == 0, rerun.stderr[-2000:]
+  assert json.loads((tmp_path / "rerun" / "results.json").read_text())["metrics"] == pytest.approx(
+      results["metrics"], rel=1e-6)
+  assert sorted(os.listdir(cache)) == cached
   completed = _run(*flags, "--method=vi_equal_compute", f"--output_dir={tmp_path / 'eq'}")
   assert completed.returncode != 0
   lines = completed.stderr.strip().splitlines()
@@ -197,6 +211,7 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
     (["--noise_chunk_steps=-1"], 2, "noise_chunk_steps=-1 is out of range; allowed: >= 0"),
     (["--noise_chunk_steps=10001"], 2, "noise_chunk_steps=10001 is out of range"),
     (["--jit_compile"], 2, "--jit_compile needs the noise drawn ahead of the compiled steps"),
+    (["--xla_cache_dir=xla"], 2, "nothing is compiled without --jit_compile"),
     (["--vogn_tempering=0"], 2, "vogn_tempering=0.0 is out of range; allowed: > 0 and <= 10"),
     (["--vogn_damping=-1"], 2, "vogn_damping=-1.0 is out of range; allowed: >= 0"),
     (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),
