@@ -168,7 +168,17 @@ class VognMaximizer(ElboMaximizer):
       _write(parameter.untransformed_posterior_scale,
              tfp.math.softplus_inverse(tf.sqrt(variance)))
 
-  def _replica_terms(self, indices: tf.Tensor):
+  def _replica_terms(self, num_replicas: int, replica, inputs, labels,
+                     transform_seed) -> tuple[tf.Tensor, tf.Tensor]:
+    """(N * mean log p, KL) of this replica's examples: the forward pass of a VOGN step, where all
+    its weight draws are made (what a step plan records for noise drawn ahead of chunks)."""
+    del transform_seed
+    with batch_shard(num_replicas, replica):
+      kl = self.kl_fn()
+      mean_log_likelihood = self._averaged_terms(inputs, labels)[3][0]
+    return self._num_examples_float * mean_log_likelihood, kl
+
+  def _global_batch_terms(self, indices: tf.Tensor):
     """(KL, g, h, other gradients, mean log p) of the global batch `indices`, each replica
     computing on its equal share and the averages all-reduced, so every replica holds the
     global batch's values whatever the number of replicas."""
@@ -188,7 +198,7 @@ class VognMaximizer(ElboMaximizer):
     assignments, as `Adam.apply` does), so the copies stay equal.
     """
     del transform_seed
-    kl, gradients, curvatures, other_gradients, mean_log_likelihood = self._replica_terms(
+    kl, gradients, curvatures, other_gradients, mean_log_likelihood = self._global_batch_terms(
         indices)
     state, settings = self.optimizer, self.settings
     first = tf.logical_not(state.curvature_initialised)
@@ -211,7 +221,7 @@ class VognMaximizer(ElboMaximizer):
     return elbo, kl
 
   def _replica_initialise(self, indices: tf.Tensor) -> None:
-    _, _, curvatures, _, _ = self._replica_terms(indices)
+    _, _, curvatures, _, _ = self._global_batch_terms(indices)
     for s, curvature in zip(self.optimizer.curvatures, curvatures):
       _write(s, curvature)
     _write(self.optimizer.curvature_initialised, True)
