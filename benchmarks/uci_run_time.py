@@ -1,0 +1,109 @@
+"""A user's wall time for one whole UCI run (start-up, VI, refinement, evaluation), per loop setting.
+
+Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
+in interleaved rounds (median reported):
+  default       the binary's defaults (one intra-op thread for this network);
+  two_threads   --intra_op_threads=2;
+  xla           --jit_compile --noise_chunk_steps=100 (every maximiser compiles its chunk);
+  xla_cached    the same with --xla_cache_dir, its cache filled by an untimed run first (a rerun,
+                another seed or method of the same shapes).
+The binary's own timings split the wall time: start-up is what passes before its clock starts
+(Python, TensorFlow's import and device set-up), then VI training, refinement (stage estimates
+included) and the rest (data, ELBO estimates, evaluation, writing). Every XLA variant sees the same
+numbers, so their test MLL agrees; the default's differs by the chunking of its random streams.
+
+  python -m benchmarks.uci_run_time --rounds=3 --output_dir=results/benchmarks/uci_run_time
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import flags
+
+from common import cli
+from common.results import (git_commit, machine_description, write_json_atomically,
+                            write_text_atomically)
+
+XLA = ("--jit_compile", "--noise_chunk_steps=100")
+VARIANTS = {"default": (), "two_threads": ("--intra_op_threads=2",), "xla": XLA,
+            "xla_cached": XLA}
+
+flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")
+flags.DEFINE_string("dataset", "boston_housing", "UCI dataset of the runs.")
+flags.DEFINE_string("method", "refined_vi", "Method of the runs.")
+flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.")
+flags.DEFINE_list("uci_flags", [], "More flags for every run (tests shorten the runs with them).")
+
+
+def run_binary(arguments: list[str], output_dir: str) -> dict:
+  """Runs the UCI binary once; its wall time, its results.json timings and its test MLL."""
+  started = time.perf_counter()
+  completed = subprocess.run([sys.executable, "-m", "uci.main", f"--output_dir={output_dir}",
+                              *arguments], capture_output=True, text=True, check=False,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+  wall = time.perf_counter() - started
+  if completed.returncode != 0:
+    lines = completed.stderr.strip().splitlines() or ["(no error output)"]
+    raise RuntimeError(f"uci.main {' '.join(arguments)}: {lines[-1]}")
+  with open(os.path.join(output_dir, "results.json")) as handle:
+    results = json.load(handle)
+  timings = results["timings"]
+  refine = timings.get("refine_total_seconds", 0.0)   # stage estimates included
+  return {"wall_seconds": wall, "startup_seconds": wall - timings["total_seconds"],
+          "train_seconds": timings["train_seconds"], "refine_seconds": refine,
+          "other_seconds": timings["total_seconds"] - timings["train_seconds"] - refine,
+          "test_mll": results["metrics"]["test_mll"]}
+
+
+def main(argv):
+  del argv
+  options = flags.FLAGS
+  cli.require(options.rounds >= 1, f"--rounds={options.rounds} must be >= 1")
+  cli.require(bool(options.output_dir), "--output_dir is required")
+  common_flags = [f"--dataset={options.dataset}", f"--method={options.method}",
+                  *options.uci_flags]
+  with tempfile.TemporaryDirectory() as scratch:
+    cache = os.path.join(scratch, "xla_cache")
+
+    def arguments(variant: str) -> list[str]:
+      cached = [f"--xla_cache_dir={cache}"] if variant == "xla_cached" else []
+      return [*common_flags, *VARIANTS[variant], *cached]
+
+    run_binary(arguments("xla_cached"), os.path.join(scratch, "fill_cache"))
+    samples = {variant: [] for variant in VARIANTS}
+    for round_number in range(options.rounds):
+      for variant in VARIANTS:
+        samples[variant].append(run_binary(
+            arguments(variant), os.path.join(scratch, f"{variant}_{round_number}")))
+  columns = ("wall_seconds", "startup_seconds", "train_seconds", "refine_seconds",
+             "other_seconds")
+  results = {variant: {**{column: statistics.median(r[column] for r in runs)
+                          for column in columns},
+                       "wall_seconds_rounds": [r["wall_seconds"] for r in runs],
+                       "test_mll": runs[0]["test_mll"]} for variant, runs in samples.items()}
+  command = " ".join(["python -m benchmarks.uci_run_time"] + sys.argv[1:])
+  write_json_atomically(os.path.join(options.output_dir, "speed.json"), {
+      "results": results, "rounds": options.rounds, "command": command,
+      "git_commit": git_commit(), "machine": machine_description()})
+  lines = [f"# A whole UCI run, {options.method} on {options.dataset}, as a user starts it", "",
+           f"Command: `{command}` (median of {options.rounds} interleaved rounds, each run a "
+           "fresh `python -m uci.main`)", "",
+           "| variant | wall (s) | start-up | VI training | refinement | rest | test MLL |",
+           "|---|---|---|---|---|---|---|"]
+  for variant, row in results.items():
+    lines.append(f"| {variant} | {row['wall_seconds']:.1f} | {row['startup_seconds']:.1f} | "
+                 f"{row['train_seconds']:.1f} | {row['refine_seconds']:.1f} | "
+                 f"{row['other_seconds']:.1f} | {row['test_mll']:.4f} |")
+  text = "\n".join(lines) + "\n"
+  write_text_atomically(os.path.join(options.output_dir, "speed.md"), text)
+  print(text)
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,33 @@
+"""benchmarks.uci_run_time: a whole UCI run per loop setting, split into its parts."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(
+    os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
+pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
+
+
+def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
+  """One round at tiny scale. The XLA variants with and without the cache compute the same
+  numbers (catches a cache that hands a run another computation); every part of the wall time
+  is positive (catches refinement's stage estimates counted twice, which the rest pays for)."""
+  uci_flags = ",".join([f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
+                        "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=20",
+                        "--elbo_num_samples=1"])
+  completed = subprocess.run(
+      [sys.executable, "-m", "benchmarks.uci_run_time", "--rounds=1",
+       "--dataset=yacht_hydrodynamics", f"--output_dir={tmp_path}", f"--uci_flags={uci_flags}"],
+      capture_output=True, text=True, check=False, cwd=REPO)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  results = json.loads((tmp_path / "speed.json").read_text())["results"]
+  assert set(results) == {"default", "two_threads", "xla", "xla_cached"}
+  assert results["xla_cached"]["test_mll"] == results["xla"]["test_mll"]
+  for row in results.values():
+    for part in ("startup_seconds", "train_seconds", "refine_seconds", "other_seconds"):
+      assert 0 < row[part] < row["wall_seconds"], (part, row)
+  assert "| xla_cached |" in (tmp_path / "speed.md").read_text()
