@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import Optional
 
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.batch_shards import batch_shard
@@ -42,6 +41,7 @@ from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.linear_calls import (LinearCall, calls_producing, gauss_newton_mean,
                                              mean_and_mean_square, record_linear_calls)
 from auxiliary_sampling.model_parameters import mean_field_parameters
+from auxiliary_sampling.parameters import softplus_inverse
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from baselines.learning_rate import LearningRateSchedule
 from baselines.training import CheckpointedTraining
@@ -166,7 +166,7 @@ class VognMaximizer(ElboMaximizer):
       variance = self.settings.tempering / (
           self._num_examples_float * (curvature + self._delta_tilde(parameter)))
       _write(parameter.untransformed_posterior_scale,
-             tfp.math.softplus_inverse(tf.sqrt(variance)))
+             softplus_inverse(tf.sqrt(variance)))
 
   def _replica_terms(self, num_replicas: int, replica, inputs, labels,
                      transform_seed) -> tuple[tf.Tensor, tf.Tensor]:

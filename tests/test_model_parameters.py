@@ -1,10 +1,12 @@
 """model_parameters: which mean-field parameters a model has, and in which order."""
+import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.layers import DenseReparameterization, LayerChain
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl, num_members_of
+from auxiliary_sampling.parameters import softplus_inverse
 
 
 def test_parameters_come_in_construction_order_through_nested_containers():
@@ -31,3 +33,20 @@ def test_mixed_member_axes_and_models_without_parameters_are_errors():
     num_members_of(LayerChain([two, three]))
   with pytest.raises(ValueError, match="has no Gaussian mean-field parameters"):
     model_kl(tf_keras.Sequential([tf_keras.layers.Dense(1)]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softplus_inverse_equals_tensorflow_probability_bit_for_bit(dtype):
+  """Ours replaced tfp.math.softplus_inverse in every posterior-scale write so that no run imports
+  TensorFlow Probability; catches a formula or threshold that differs from it in the last bit,
+  which would move every rerun's numbers away from the committed runs'. Both tails included."""
+  import tensorflow_probability as tfp
+  eps_threshold = np.exp(np.log(np.finfo(dtype).eps) + 2.0)
+  values = np.concatenate([
+      np.logspace(np.log10(np.finfo(dtype).tiny), np.log10(np.finfo(dtype).max) - 1, 2000),
+      [eps_threshold * 0.999, eps_threshold, eps_threshold * 1.001, 1e-3, 0.5, 1.0, 40.0]
+  ]).astype(dtype)
+  ours = softplus_inverse(values).numpy()
+  np.testing.assert_array_equal(ours, tfp.math.softplus_inverse(values).numpy())
+  middle = (values > 1e-3) & (values < 30)
+  np.testing.assert_allclose(tf.math.softplus(ours[middle]).numpy(), values[middle], rtol=1e-5)
