@@ -1,4 +1,4 @@
-"""A user's wall time for one whole UCI run (start-up, VI, refinement, evaluation), per loop setting.
+"""A user's wall time for one whole UCI run (start-up, VI, refinement, the rest), per loop setting.
 
 Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
 in interleaved rounds (median reported):

@@ -144,7 +144,8 @@ def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
   inputs, labels = _linear_regression_data(num_examples=256)
   model = tf_keras.Sequential([
       DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
-      DenseReparameterization(1, trainable_prior_scale=False), HomoscedasticNoise(initial_scale=1.0)])
+      DenseReparameterization(1, trainable_prior_scale=False),
+      HomoscedasticNoise(initial_scale=1.0)])
   with loop_settings_scope(settings):
     trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
                           batch_size=64, settings=VognSettings(mc_samples=mc_samples))
