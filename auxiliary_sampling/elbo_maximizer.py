@@ -316,24 +316,43 @@ class ElboMaximizer(tf.Module):
 
   def _run_drawn_ahead(self, num_steps, learning_rate) -> tuple[tf.Tensor, tf.Tensor]:
     """Chunks of steps, each with its indices and noise drawn before it (one counter of each
-    stream per chunk); on one replica a chunk is one (XLA-compilable) computation."""
+    stream per chunk); on one replica a chunk is one (XLA-compilable) computation.
+
+    The next chunk's numbers are drawn while this chunk runs: the two share no variable, so
+    TensorFlow runs them side by side on a second core (the draws are about half of a
+    refinement step here). The draws and their order are those of drawing each chunk just
+    before it, and nothing is drawn past the last chunk."""
     if self._step_plan is None:
       self._record_step_plan()
     chunk = self._chunk_length()
     num_chunks = (num_steps + chunk - 1) // chunk
 
-    def run_chunk(number, elbo_chunks, kl_chunks):
+    def draw_chunk(number):
       steps = tf.minimum(chunk, num_steps - number * chunk)
       indices, transform_seeds = self._chunk_batches(chunk, steps)
-      draws = [request.draw_ahead(chunk) for request in self._step_plan[0]]
+      return (indices, transform_seeds,
+              [request.draw_ahead(chunk) for request in self._step_plan[0]])
+
+    def no_draws():
+      shape = ([chunk, self.batch_size] if self.member_batches is None
+               else [chunk, self.member_batches, self.batch_size])
+      return (tf.zeros(shape, tf.int64), tf.zeros([chunk, 2], tf.int64),
+              [tf.zeros([chunk, *request.shape], request.dtype)
+               for request in self._step_plan[0]])
+
+    def run_chunk(number, elbo_chunks, kl_chunks, indices, transform_seeds, draws):
+      steps = tf.minimum(chunk, num_steps - number * chunk)
       arguments = (steps, indices, transform_seeds, draws, learning_rate)
       if self.strategy.num_replicas_in_sync == 1:
         elbos, kls = self._first_replica(self.strategy.run(self._compiled_chunk, args=arguments))
       else:
         elbos, kls = self._replicated_chunk(*arguments)
-      return elbo_chunks.write(number, elbos), kl_chunks.write(number, kls)
-    elbo_chunks, kl_chunks = counted_loop(num_chunks, run_chunk, (
-        tf.TensorArray(tf.float32, size=num_chunks), tf.TensorArray(tf.float32, size=num_chunks)))
+      upcoming = tf.cond(number + 1 < num_chunks, lambda: draw_chunk(number + 1), no_draws)
+      return (elbo_chunks.write(number, elbos), kl_chunks.write(number, kls), *upcoming)
+    first = tf.cond(num_chunks > 0, lambda: draw_chunk(0), no_draws)
+    elbo_chunks, kl_chunks, *_ = counted_loop(num_chunks, run_chunk, (
+        tf.TensorArray(tf.float32, size=num_chunks), tf.TensorArray(tf.float32, size=num_chunks),
+        *first))
     return elbo_chunks.concat()[:num_steps], kl_chunks.concat()[:num_steps]
 
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,

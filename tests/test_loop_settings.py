@@ -51,6 +51,17 @@ def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call(
                                                 split.maximize(30, 1e-2)]), plain)
 
 
+def test_a_run_of_no_steps_draws_nothing_and_the_next_chunk_is_drawn_as_before():
+  """Each chunk's numbers are drawn while the chunk before it runs. Catches a draw made past the
+  last chunk, or for a run of 0 steps (the bandit's refinement before its first observation):
+  either moves the streams, and the next run would see other numbers than a fresh one."""
+  settings = LoopSettings(noise_chunk_steps=50)
+  fresh = _maximizer(settings).maximize(130, 1e-2)
+  after_nothing = _maximizer(settings)
+  after_nothing.maximize(0, 1e-2)
+  np.testing.assert_array_equal(after_nothing.maximize(130, 1e-2), fresh)
+
+
 @pytest.mark.parametrize("num_members", [None, 3])
 def test_drawn_ahead_noise_gives_every_step_its_own_draw_from_the_same_estimator(num_members):
   """At learning rate 0 each step's ELBO estimate is an independent draw of the same minibatch
