@@ -107,11 +107,13 @@ class ElboMaximizer(tf.Module):
       raise ValueError(f"batch_size={batch_size} does not split evenly over {num_replicas} "
                        f"replicas; allowed: a multiple of {num_replicas}")
     self.batch_size = batch_size
-    self.data_seed = int(data_seed)
     self.input_transform = input_transform
-    self._transform_stream = derived_seed(self.data_seed, _TRANSFORM_STREAM)
     self.optimizer = Adam(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    # The minibatch and input-transform streams' seeds: variables, so that `reseed` keeps the
+    # compiled loops.
+    self._stream_seeds = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
+    self.reseed(data_seed)
     self.loop_settings = loop_settings or current_loop_settings()
     if self.loop_settings.jit_compile and num_replicas > 1:
       raise ValueError(f"jit_compile compiles one device's loop, but the strategy has "
@@ -122,16 +124,23 @@ class ElboMaximizer(tf.Module):
     self._compiled_chunk = graph_function(self._chunk_of_steps,
                                           jit_compile=self.loop_settings.jit_compile)
 
+  def reseed(self, data_seed: int) -> None:
+    """Restarts the minibatch and input-transform streams as a maximiser built with `data_seed`
+    starts them; the compiled loops are kept (`refine.Refiner` reuses them across calls)."""
+    self.data_seed = int(data_seed)
+    self._stream_seeds.assign([self.data_seed, derived_seed(self.data_seed, _TRANSFORM_STREAM)])
+    self.batch_counter.assign(0)
+
   def _batch_indices(self) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
     """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
     seed of its input transform (None without one)."""
     count = self.batch_counter.assign_add(1)
     shape = ([self.batch_size] if self.member_batches is None
              else [self.member_batches, self.batch_size])
-    seed = tf.stack([tf.constant(self.data_seed, tf.int64), count])
+    seed = tf.stack([self._stream_seeds[0], count])
     transform_seed = None
     if self.input_transform is not None:
-      transform_seed = tf.stack([tf.constant(self._transform_stream, tf.int64), count])
+      transform_seed = tf.stack([self._stream_seeds[1], count])
     maxval = tf.cast(self.num_examples, tf.int64)
     return tf.random.stateless_uniform(shape, seed=seed, maxval=maxval,
                                        dtype=tf.int64), transform_seed
@@ -276,9 +285,9 @@ class ElboMaximizer(tf.Module):
     shape = ([chunk, self.batch_size] if self.member_batches is None
              else [chunk, self.member_batches, self.batch_size])
     indices = tf.random.stateless_uniform(
-        shape, seed=tf.stack([tf.constant(self.data_seed, tf.int64), first]),
+        shape, seed=tf.stack([self._stream_seeds[0], first]),
         maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
-    transform_seeds = tf.stack([tf.fill([chunk], tf.constant(self._transform_stream, tf.int64)),
+    transform_seeds = tf.stack([tf.fill([chunk], self._stream_seeds[1]),
                                 first + tf.range(chunk, dtype=tf.int64)], axis=1)
     return indices, transform_seeds
 

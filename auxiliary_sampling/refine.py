@@ -155,6 +155,138 @@ def _rewound_noise(model: tf.Module) -> Iterator[None]:
       counter.assign(value)
 
 
+class Refiner:
+  """Refines samples (paper Algorithm 1) for one architecture on one dataset, again and again.
+
+  The member model, the conditioning and the maximiser (its compiled loop) are built once, for
+  `num_samples` members of a `total_members` run starting at `member_offset`; every `refine`
+  call copies a trained model into them and reseeds every stream, so it gives what a fresh
+  `refine()` with the same arguments gives (tested) without tracing or compiling again: for
+  scripts that refine many trained models or seeds in one process.
+  """
+
+  def __init__(self, model_fn: ModelFn, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
+               num_samples: int = 10, batch_size: int = 256, member_offset: int = 0,
+               total_members: Optional[int] = None, weight_noise: str = "per_example",
+               refit_deterministic: bool = False,
+               penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
+               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None):
+    self.num_samples = check_integer("num_samples", num_samples)
+    check_weight_noise(weight_noise)
+    self.member_offset = check_integer("member_offset", member_offset, minimum=0)
+    self.total_members = check_integer(
+        "total_members", self.num_samples if total_members is None else total_members)
+    if self.member_offset + self.num_samples > self.total_members:
+      raise ValueError(f"members [{self.member_offset}, {self.member_offset + self.num_samples}) "
+                       f"do not fit in total_members={self.total_members}")
+    self.inputs, self.labels = check_data(inputs, labels)
+    self.log_likelihood_fn = log_likelihood_fn
+    self.members = model_fn(self.num_samples)
+    self.members(self.inputs[:1])
+    built_members = num_members_of(self.members)
+    if built_members != self.num_samples:
+      raise ValueError(f"model_fn({self.num_samples}) built a model with {built_members} members")
+    self.parameters = mean_field_parameters(self.members)
+    self.auxiliary_noise = MemberNoise(self.num_samples, self.total_members, self.member_offset,
+                                       name="auxiliary_noise")
+    kl_fn = None
+    if penalty_fn is not None:
+      def kl_fn():
+        return model_kl(self.members) + penalty_fn(self.members)
+    self.maximizer = ElboMaximizer(
+        self.members, self.inputs, self.labels, log_likelihood_fn,
+        variables=refinement_variables(self.members, refit_deterministic), batch_size=batch_size,
+        weight_noise=weight_noise, kl_fn=kl_fn, input_transform=input_transform)
+
+  @graph_function
+  def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
+    """Draws a_k for every parameter and conditions on it; the summed log q(a_k) / p(a_k)."""
+    return tf.add_n([p.condition_on_auxiliary(variance_fraction, remaining_fraction,
+                                              self.auxiliary_noise.normal(p.event_shape))
+                     for p in self.parameters])
+
+  def refine(self, trained_model: tf.Module, *, schedule: Optional[AuxiliarySchedule] = None,
+             steps_per_auxiliary: int = 200, learning_rate_rule: str = "paper",
+             learning_rates: Optional[list[float]] = None, seed: int = 0,
+             elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
+             stage_elbo_aux: bool = False) -> RefinementResult:
+    """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
+    steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
+    schedule = schedule or AuxiliarySchedule.geometric(0.7, 5)
+    if learning_rates is None:
+      learning_rates = schedule.learning_rates(learning_rate_rule)
+    elif len(learning_rates) != schedule.num_auxiliary:
+      raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
+                       "auxiliary variables")
+    trained_members = num_members_of(trained_model)
+    if trained_members not in (None, 1):
+      raise ValueError(f"the trained model has {trained_members} members; refine starts from one "
+                       "mean-field model (no member axis, or a single member)")
+    started = time.perf_counter()
+    members, inputs, labels = self.members, self.inputs, self.labels
+    load_trained_state(trained_model, members)
+    seed_member_streams(members, seed, self.total_members, self.member_offset)
+    for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
+      schedule.check_dtype(dtype)
+    self.auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
+    self.maximizer.reseed(derived_seed(seed, _DATA_STREAM))
+    initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
+                                 elbo_num_samples)
+    cumulative_log_ratio = np.zeros([self.num_samples], np.float64)
+    log_ratios, traces, stage_values, optimise_seconds, condition_seconds = [], [], [], [], []
+    stage_seconds = 0.0
+    optimise_started = time.perf_counter()
+    progress = ProgressLog(f"refinement of {self.num_samples} members",
+                           schedule.num_auxiliary * steps_per_auxiliary, value_name="ELBO_aux")
+    for stage, (fraction,
+                learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
+      # Both fractions in float64, exact remainder included: the model casts them to its dtype.
+      condition_started = time.perf_counter()
+      log_ratio = self._condition(tf.constant(fraction, tf.float64),
+                                  tf.constant(schedule.remaining_fraction(stage), tf.float64))
+      log_ratio = log_ratio.numpy().astype(np.float64)
+      condition_seconds.append(time.perf_counter() - condition_started)
+      cumulative_log_ratio += log_ratio
+      log_ratios.append(log_ratio)
+      if steps_per_auxiliary:
+        stage_started = time.perf_counter()
+        traces.append(self.maximizer.maximize(steps_per_auxiliary, learning_rate,
+                                              elbo_offset=cumulative_log_ratio,
+                                              reset_optimizer=True))
+        optimise_seconds.append(time.perf_counter() - stage_started)
+        progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
+                     stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
+      # The last stage's is the final estimate below.
+      if stage_elbo_aux and stage < schedule.num_auxiliary:
+        measured = time.perf_counter()
+        with _rewound_noise(members):
+          stage_values.append(
+              estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
+                            elbo_num_samples) - cumulative_log_ratio)
+        stage_seconds += time.perf_counter() - measured
+    refine_seconds = time.perf_counter() - optimise_started - stage_seconds
+    final_terms = estimate_elbo_terms(members, inputs, labels, self.log_likelihood_fn,
+                                      elbo_batch_size, elbo_num_samples)
+    kl_aux = final_terms.kl + cumulative_log_ratio
+    elbo_aux = final_terms.expected_log_likelihood - kl_aux
+    trace = np.concatenate(traces) if traces else np.zeros([0, self.num_samples], np.float32)
+    timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
+    if len(optimise_seconds) > 1:
+      # Every stage runs the same compiled conditioning and loop for the same steps; only the
+      # first traces them (in a Refiner's first call).
+      timings["trace_seconds"] = sum(
+          max(0.0, seconds[0] - float(np.median(seconds[1:])))
+          for seconds in (optimise_seconds, condition_seconds))
+    if stage_elbo_aux:
+      timings["stage_elbo_seconds"] = stage_seconds
+    return RefinementResult(
+        model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo,
+        log_ratios=np.stack(log_ratios), trace=trace, learning_rates=list(learning_rates),
+        timings=timings,
+        stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None,
+        expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux)
+
+
 def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            log_likelihood_fn: LogLikelihoodFn, *, num_samples: int = 10,
            schedule: Optional[AuxiliarySchedule] = None, steps_per_auxiliary: int = 200,
@@ -203,108 +335,15 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     input_transform: augments every optimisation batch (as VI's training
       did); the ELBO estimates use the data as given.
   """
-  num_samples = check_integer("num_samples", num_samples)
-  check_weight_noise(weight_noise)
-  steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
-  member_offset = check_integer("member_offset", member_offset, minimum=0)
-  if total_members is None:
-    total_members = num_samples
-  total_members = check_integer("total_members", total_members)
-  if member_offset + num_samples > total_members:
-    raise ValueError(f"members [{member_offset}, {member_offset + num_samples}) do not fit in "
-                     f"total_members={total_members}")
-  schedule = schedule or AuxiliarySchedule.geometric(0.7, 5)
-  if learning_rates is None:
-    learning_rates = schedule.learning_rates(learning_rate_rule)
-  elif len(learning_rates) != schedule.num_auxiliary:
-    raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
-                     "auxiliary variables")
-  inputs, labels = check_data(inputs, labels)
   started = time.perf_counter()
-
-  trained_members = num_members_of(trained_model)
-  if trained_members not in (None, 1):
-    raise ValueError(f"the trained model has {trained_members} members; refine starts from one "
-                     "mean-field model (no member axis, or a single member)")
-  members = model_fn(num_samples)
-  members(inputs[:1])
-  built_members = num_members_of(members)
-  if built_members != num_samples:
-    raise ValueError(f"model_fn({num_samples}) built a model with {built_members} members")
-  load_trained_state(trained_model, members)
-  seed_member_streams(members, seed, total_members, member_offset)
-  parameters = mean_field_parameters(members)
-  for dtype in {p.remaining_prior_fraction.dtype for p in parameters}:
-    schedule.check_dtype(dtype)
-  auxiliary_noise = MemberNoise(num_samples, total_members, member_offset, name="auxiliary_noise")
-  auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
-
-  @graph_function
-  def condition(variance_fraction, remaining_fraction):
-    log_ratios = [p.condition_on_auxiliary(variance_fraction, remaining_fraction,
-                                           auxiliary_noise.normal(p.event_shape))
-                  for p in parameters]
-    return tf.add_n(log_ratios)
-
-  initial_elbo = estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
-                               elbo_num_samples)
-  variables = refinement_variables(members, refit_deterministic)
-  kl_fn = None
-  if penalty_fn is not None:
-    def kl_fn():
-      return model_kl(members) + penalty_fn(members)
-  maximizer = ElboMaximizer(
-      members, inputs, labels, log_likelihood_fn, variables=variables, batch_size=batch_size,
-      data_seed=derived_seed(seed, _DATA_STREAM), weight_noise=weight_noise, kl_fn=kl_fn,
-      input_transform=input_transform)
-  cumulative_log_ratio = np.zeros([num_samples], np.float64)
-  log_ratios, traces, stage_values, optimise_seconds, condition_seconds = [], [], [], [], []
-  stage_seconds = 0.0
-  optimise_started = time.perf_counter()
-  progress = ProgressLog(f"refinement of {num_samples} members",
-                         schedule.num_auxiliary * steps_per_auxiliary, value_name="ELBO_aux")
-  for stage, (fraction,
-              learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
-    # Both fractions in float64, exact remainder included: the model casts them to its dtype.
-    condition_started = time.perf_counter()
-    log_ratio = condition(tf.constant(fraction, tf.float64),
-                          tf.constant(schedule.remaining_fraction(stage), tf.float64))
-    log_ratio = log_ratio.numpy().astype(np.float64)
-    condition_seconds.append(time.perf_counter() - condition_started)
-    cumulative_log_ratio += log_ratio
-    log_ratios.append(log_ratio)
-    if steps_per_auxiliary:
-      stage_started = time.perf_counter()
-      traces.append(maximizer.maximize(steps_per_auxiliary, learning_rate,
-                                       elbo_offset=cumulative_log_ratio, reset_optimizer=True))
-      optimise_seconds.append(time.perf_counter() - stage_started)
-      progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
-                   stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
-    # The last stage's is the final estimate below.
-    if stage_elbo_aux and stage < schedule.num_auxiliary:
-      measured = time.perf_counter()
-      with _rewound_noise(members):
-        stage_values.append(
-            estimate_elbo(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
-                          elbo_num_samples) - cumulative_log_ratio)
-      stage_seconds += time.perf_counter() - measured
-  refine_seconds = time.perf_counter() - optimise_started - stage_seconds
-  final_terms = estimate_elbo_terms(members, inputs, labels, log_likelihood_fn, elbo_batch_size,
-                                    elbo_num_samples)
-  kl_aux = final_terms.kl + cumulative_log_ratio
-  elbo_aux = final_terms.expected_log_likelihood - kl_aux
-  trace = np.concatenate(traces) if traces else np.zeros([0, num_samples], np.float32)
-  timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
-  if len(optimise_seconds) > 1:
-    # Every stage runs the same compiled conditioning and loop for the same steps; only the
-    # first traces them.
-    timings["trace_seconds"] = sum(
-        max(0.0, seconds[0] - float(np.median(seconds[1:])))
-        for seconds in (optimise_seconds, condition_seconds))
-  if stage_elbo_aux:
-    timings["stage_elbo_seconds"] = stage_seconds
-  return RefinementResult(
-      model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo, log_ratios=np.stack(log_ratios),
-      trace=trace, learning_rates=list(learning_rates), timings=timings,
-      stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None,
-      expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux)
+  refiner = Refiner(model_fn, inputs, labels, log_likelihood_fn, num_samples=num_samples,
+                    batch_size=batch_size, member_offset=member_offset,
+                    total_members=total_members, weight_noise=weight_noise,
+                    refit_deterministic=refit_deterministic, penalty_fn=penalty_fn,
+                    input_transform=input_transform)
+  result = refiner.refine(trained_model, schedule=schedule, steps_per_auxiliary=steps_per_auxiliary,
+                          learning_rate_rule=learning_rate_rule, learning_rates=learning_rates,
+                          seed=seed, elbo_batch_size=elbo_batch_size,
+                          elbo_num_samples=elbo_num_samples, stage_elbo_aux=stage_elbo_aux)
+  result.timings["total_seconds"] = time.perf_counter() - started   # building the members too
+  return result

@@ -8,7 +8,7 @@ from scipy.stats import multivariate_normal
 from auxiliary_sampling.elbo_estimate import estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
-from auxiliary_sampling.refine import refine
+from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.vi import train_mean_field
 
@@ -155,6 +155,34 @@ def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise, loop):
   # Different members really are different samples.
   assert not np.allclose(together.model.layers[0].kernel.posterior_loc[0],
                          together.model.layers[0].kernel.posterior_loc[1])
+
+
+@pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10)])
+def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
+  """A Refiner refines two trained models at two seeds; each result equals a fresh refine() of
+  the same arguments bit for bit, and its loop and conditioning were traced once. Catches state
+  carried from one call into the next (a stream not reseeded, the batch counter, the
+  conditional prior of the last call) and a Refiner that retraces anyway."""
+  x, y = _toy_regression()
+  trained = []
+  for steps in (40, 80):
+    model = _mlp()
+    train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=steps, batch_size=32)
+    trained.append(model)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15)
+  with loop_settings_scope(loop):
+    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
+    for model, seed in zip(trained, (5, 6)):
+      reused = refiner.refine(model, seed=seed, **settings)
+      reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
+      fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                     seed=seed, **settings)
+      np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
+      np.testing.assert_array_equal(reused.trace, fresh.trace)
+      for a, b in zip(reused_weights, fresh.model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())
+  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  assert refiner._condition.experimental_get_tracing_count() == 1
 
 
 def test_every_auxiliary_variable_starts_a_fresh_adam():
