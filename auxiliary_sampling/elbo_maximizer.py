@@ -124,6 +124,12 @@ class ElboMaximizer(tf.Module):
     self._compiled_chunk = graph_function(self._chunk_of_steps,
                                           jit_compile=self.loop_settings.jit_compile)
 
+  @property
+  def _batch_shape(self) -> list[int]:
+    """One step's example indices: [batch], or [member_batches, batch]."""
+    return ([self.batch_size] if self.member_batches is None
+            else [self.member_batches, self.batch_size])
+
   def reseed(self, data_seed: int) -> None:
     """Restarts the minibatch and input-transform streams as a maximiser built with `data_seed`
     starts them; the compiled loops are kept (`refine.Refiner` reuses them across calls)."""
@@ -135,8 +141,7 @@ class ElboMaximizer(tf.Module):
     """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
     seed of its input transform (None without one)."""
     count = self.batch_counter.assign_add(1)
-    shape = ([self.batch_size] if self.member_batches is None
-             else [self.member_batches, self.batch_size])
+    shape = self._batch_shape
     seed = tf.stack([self._stream_seeds[0], count])
     transform_seed = None
     if self.input_transform is not None:
@@ -262,8 +267,7 @@ class ElboMaximizer(tf.Module):
 
     @graph_function
     def trace():
-      shape = ([self.batch_size] if self.member_batches is None
-               else [self.member_batches, self.batch_size])
+      shape = self._batch_shape
       transform_seed = None if self.input_transform is None else tf.zeros([2], tf.int64)
       self.strategy.run(recording_step, args=(tf.zeros(shape, tf.int64), transform_seed))
 
@@ -282,8 +286,7 @@ class ElboMaximizer(tf.Module):
     counter of the data stream, and each step's input-transform seed."""
     steps = tf.cast(steps, tf.int64)
     first = self.batch_counter.assign_add(steps) - steps + 1
-    shape = ([chunk, self.batch_size] if self.member_batches is None
-             else [chunk, self.member_batches, self.batch_size])
+    shape = [chunk, *self._batch_shape]
     indices = tf.random.stateless_uniform(
         shape, seed=tf.stack([self._stream_seeds[0], first]),
         maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
@@ -343,9 +346,7 @@ class ElboMaximizer(tf.Module):
               [request.draw_ahead(chunk) for request in self._step_plan[0]])
 
     def no_draws():
-      shape = ([chunk, self.batch_size] if self.member_batches is None
-               else [chunk, self.member_batches, self.batch_size])
-      return (tf.zeros(shape, tf.int64), tf.zeros([chunk, 2], tf.int64),
+      return (tf.zeros([chunk, *self._batch_shape], tf.int64), tf.zeros([chunk, 2], tf.int64),
               [tf.zeros([chunk, *request.shape], request.dtype)
                for request in self._step_plan[0]])
 

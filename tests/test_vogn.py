@@ -116,15 +116,20 @@ def test_batch_terms_are_those_of_a_loop_over_examples(network):
       np.testing.assert_allclose(batch_curvature, expected, rtol=1e-4, atol=1e-7)
 
 
+def _noisy_regression_network():
+  """8 ReLU units, fixed priors (as VOGN needs) and a learned noise scale."""
+  return tf_keras.Sequential([
+      DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
+      DenseReparameterization(1, trainable_prior_scale=False),
+      HomoscedasticNoise(initial_scale=1.0)])
+
+
 def test_every_mean_and_scale_moves_and_the_noise_scale_learns():
   """VOGN drives the posterior of every mean-field parameter (a parameter left out of `locs`
   would keep its initial mean) and Adam the noise scale; the ELBO rises."""
   seed_everything(2)
   inputs, labels = _linear_regression_data(num_examples=256)
-  model = tf_keras.Sequential([
-      DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
-      DenseReparameterization(1, trainable_prior_scale=False),
-      HomoscedasticNoise(initial_scale=1.0)])
+  model = _noisy_regression_network()
   trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood,
                         learning_rate=0.01, batch_size=64)
   model(inputs[:1])
@@ -142,10 +147,7 @@ def test_every_mean_and_scale_moves_and_the_noise_scale_learns():
 def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
   seed_everything(3)
   inputs, labels = _linear_regression_data(num_examples=256)
-  model = tf_keras.Sequential([
-      DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
-      DenseReparameterization(1, trainable_prior_scale=False),
-      HomoscedasticNoise(initial_scale=1.0)])
+  model = _noisy_regression_network()
   with loop_settings_scope(settings):
     trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
                           batch_size=64, settings=VognSettings(mc_samples=mc_samples))
