@@ -46,8 +46,13 @@ class CheckpointedTraining:
   """Trains with `maximizer` up to a step count, checkpointing and logging as it goes."""
 
   def __init__(self, maximizer: ElboMaximizer, learning_rate: float | LearningRateSchedule, *,
-               steps_per_checkpoint: int = 5000, summary_every: int = 100, name: str = "training"):
-    """`learning_rate`: a constant, or a schedule over the steps (chunks end at its boundaries)."""
+               steps_per_checkpoint: int = 5000, summary_every: int = 100, name: str = "training",
+               extra_state: Optional[dict[str, tf.Module]] = None,
+               objective_name: str = "ELBO"):
+    """`learning_rate`: a constant, or a schedule over the steps (chunks end at its boundaries).
+    `extra_state`: further objects a step depends on (a maximiser's own random streams), saved
+    under their names. `objective_name`: what the maximiser's trace is, in progress lines and
+    as the summary tag (lower case, spaces as underscores)."""
     if not isinstance(learning_rate, LearningRateSchedule):
       if not learning_rate > 0:
         raise ValueError(f"learning_rate={learning_rate!r} must be > 0")
@@ -65,7 +70,8 @@ class CheckpointedTraining:
     self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
     self.checkpoint = tf.train.Checkpoint(
         model=maximizer.model, optimizer=maximizer.optimizer, batch_counter=maximizer.batch_counter,
-        step=self.step, train_seconds=self.train_seconds)
+        step=self.step, train_seconds=self.train_seconds, **(extra_state or {}))
+    self.objective_name = objective_name
     self.traces: list[np.ndarray] = []
     self.kl_traces: list[np.ndarray] = []
 
@@ -98,7 +104,7 @@ class CheckpointedTraining:
         step = first_step + offset + 1
         if step % self.summary_every == 0 or offset == len(trace) - 1:
           elbo, kl = float(np.mean(trace[offset])), float(np.mean(kl_trace[offset]))
-          tf.summary.scalar("elbo", elbo, step=step)
+          tf.summary.scalar(self.objective_name.lower().replace(" ", "_"), elbo, step=step)
           tf.summary.scalar("kl", kl, step=step)
           tf.summary.scalar("expected_log_likelihood", elbo + kl, step=step)
       writer.flush()
@@ -111,7 +117,7 @@ class CheckpointedTraining:
       self._restore(checkpoint_dir, num_steps)
     resumed_from_step = int(self.step.numpy())
     writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
-    progress = ProgressLog(self.name, num_steps, resumed_from_step)
+    progress = ProgressLog(self.name, num_steps, resumed_from_step, self.objective_name)
     while int(self.step.numpy()) < num_steps:
       first_step = int(self.step.numpy())
       chunk = min(self.steps_per_checkpoint, num_steps - first_step,
