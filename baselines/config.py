@@ -18,13 +18,21 @@ from common.distribution import DeviceConfig
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
 # The same mean-field posterior fitted by VOGN (baselines.vogn), then used or refined.
 VOGN_FAMILY = ("vogn", "refined_vogn")
-METHODS = VI_FAMILY + ("mnf", "deep_ensemble") + VOGN_FAMILY
+# Particle posteriors (baselines.particles): weight-space and function-space SVGD.
+PARTICLE_METHODS = ("svgd", "fsvgd")
+METHODS = VI_FAMILY + ("mnf", "deep_ensemble") + VOGN_FAMILY + PARTICLE_METHODS
 # Methods that refine the mean-field posterior they start from (paper Algorithm 1).
 REFINED = ("refined_vi", "refined_vogn")
 
 # Checkpoints a setting can shape (common.config `shapes`): the VI model, the further
-# training of vi_equal_compute, MNF, the ensemble and VOGN's model.
-VI, EXTRA_VI, MNF, ENSEMBLE, VOGN = "vi", "extra_vi", "mnf", "deep_ensemble", "vogn"
+# training of vi_equal_compute, MNF, the ensemble, VOGN's model and the particles.
+VI, EXTRA_VI, MNF, ENSEMBLE, VOGN, PARTICLES = ("vi", "extra_vi", "mnf", "deep_ensemble", "vogn",
+                                                "particles")
+# The f-POVI paper's UCI protocol (Wang et al. 2019, Appendix B.2.1): batch 100 for 500 epochs,
+# or batch 1000 for 3000 epochs on datasets of more than 1,000 examples (training sets of more
+# than 900 in its 90/10 splits).
+PARTICLE_SMALL_DATA, PARTICLE_LARGE_DATA = (100, 500), (1000, 3000)
+PARTICLE_LARGE_TRAINING_SET = 900
 
 
 @dataclasses.dataclass
@@ -114,6 +122,29 @@ class MethodConfig(DeviceConfig):
       "VOGN's curvature: squared_gradients (per-example squared gradients, Osawa et al.'s "
       "Algorithm 1) or gauss_newton (the generalised Gauss-Newton diagonal).", choices=CURVATURES,
       shapes=(VOGN,))
+  num_particles: int = setting(20, "svgd, fsvgd: particles (networks) of the posterior.",
+                               minimum=2, maximum=1000, shapes=(PARTICLES,))
+  particle_learning_rate: float = setting(
+      4e-3, "svgd, fsvgd: Adam's step size on -phi (the f-POVI paper's 0.004).", above=0,
+      maximum=1.0, shapes=(PARTICLES,))
+  particle_batch_size: int = setting(
+      0, "svgd, fsvgd: minibatch (0: the f-POVI protocol's, 100, or 1000 on training sets of more "
+      "than 900 examples).", minimum=0, shapes=(PARTICLES,))
+  particle_epochs: int = setting(
+      0, "svgd, fsvgd: epochs of ceil(N / batch) steps (0: the f-POVI protocol's, 500, or 3000 on "
+      "training sets of more than 900 examples).", minimum=0, shapes=(PARTICLES,))
+  fsvgd_prior_draws: int = setting(
+      40, "fsvgd: prior networks drawn per step for the Gaussian function-space prior.",
+      minimum=2, maximum=10_000, shapes=(PARTICLES,))
+  fsvgd_prior_points: int = setting(
+      4, "fsvgd: points of the function-space prior term per step, half from the batch and half "
+      "from the extra batch.", minimum=1, maximum=1000, shapes=(PARTICLES,))
+  fsvgd_extra_batch: int = setting(
+      100, "fsvgd: perturbed training inputs added to each step's function-value points.",
+      minimum=1, shapes=(PARTICLES,))
+  fsvgd_kde_scale: float = setting(
+      1.0, "fsvgd: the extra inputs' perturbation std is this / sqrt(N * input dims).", minimum=0,
+      maximum=100.0, shapes=(PARTICLES,))
   vi_checkpoint_dir: Optional[str] = setting(
       None,
       "VI checkpoint directory, shared by the vi, refined_vi and vi_equal_compute runs of one "
@@ -130,6 +161,11 @@ class MethodConfig(DeviceConfig):
     if self.refit_deterministic and not self.has_deterministic_weights:
       raise UsageError("--refit_deterministic: this benchmark's mean-field networks have no "
                        "point-estimated weights to refit; allowed: --refit_deterministic=false")
+    in_extra_batch = self.fsvgd_prior_points - self.fsvgd_prior_points // 2
+    if self.method == "fsvgd" and self.fsvgd_extra_batch < in_extra_batch:
+      raise UsageError(f"--fsvgd_extra_batch={self.fsvgd_extra_batch} cannot hold the "
+                       f"{in_extra_batch} prior points of --fsvgd_prior_points="
+                       f"{self.fsvgd_prior_points}; allowed: >= {in_extra_batch}")
     if self.method not in REFINED:
       return
     try:
@@ -140,6 +176,10 @@ class MethodConfig(DeviceConfig):
   def check_replicas(self, num_replicas: int) -> None:
     """The global batch (and so refinement, VI, MNF and every ensemble member's) must split."""
     super().check_replicas(num_replicas)
+    if self.method in PARTICLE_METHODS and num_replicas > 1:
+      raise UsageError(f"--method={self.method} couples every particle on one device, but the "
+                       f"strategy has {num_replicas} replicas; allowed: one device "
+                       "(--num_cores=1)")
     if self.batch_size % num_replicas:
       raise UsageError(f"--batch_size={self.batch_size} does not split evenly over "
                        f"{num_replicas} replicas; allowed: a multiple of {num_replicas}")
@@ -160,6 +200,22 @@ class MethodConfig(DeviceConfig):
     """Training steps between checkpoints."""
     del num_examples
     return self.steps_per_checkpoint
+
+  def particle_batch_and_steps(self, num_examples: int) -> tuple[int, int]:
+    """(minibatch, steps) of svgd and fsvgd on `num_examples` training examples."""
+    large = num_examples > PARTICLE_LARGE_TRAINING_SET
+    batch, epochs = PARTICLE_LARGE_DATA if large else PARTICLE_SMALL_DATA
+    batch = self.particle_batch_size or batch
+    epochs = self.particle_epochs or epochs
+    return batch, epochs * -(-num_examples // batch)
+
+  def function_space_settings(self):
+    """f-SVGD's settings (`baselines.particles.FunctionSpaceSettings`) from the flags."""
+    from baselines.particles import FunctionSpaceSettings  # TensorFlow loads here
+    return FunctionSpaceSettings(prior_draws=self.fsvgd_prior_draws,
+                                 prior_points=self.fsvgd_prior_points,
+                                 extra_batch=self.fsvgd_extra_batch,
+                                 kde_scale=self.fsvgd_kde_scale)
 
   def vogn_settings(self) -> VognSettings:
     """VOGN's hyperparameters from the flags."""

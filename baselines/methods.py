@@ -18,9 +18,10 @@ import tensorflow as tf
 from auxiliary_sampling.training_data import LogLikelihoodFn
 from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult
-from baselines import deep_ensemble, mnf
+from baselines import deep_ensemble, mnf, particles
 from baselines.checkpoint_settings import claim_checkpoint_dir
-from baselines.config import ENSEMBLE, MNF, VI, VI_FAMILY, VOGN, VOGN_FAMILY, MethodConfig
+from baselines.config import (ENSEMBLE, MNF, PARTICLE_METHODS, PARTICLES, VI, VI_FAMILY, VOGN,
+                              VOGN_FAMILY, MethodConfig)
 from baselines.training import InputTransform, Penalty
 from baselines.vi_family import run_vi_family
 from common.results import write_results
@@ -36,6 +37,8 @@ class Networks:
   ensemble: Callable[[int], tf.Module]               # num_members -> ensemble with a member axis
   # Penalty of a network's point-estimated weights per example (ResNet-20's L2), or None.
   penalty: Optional[Penalty] = None
+  # num_particles -> point-weight networks on a member axis (baselines.particles), or None.
+  particles: Optional[Callable[[int], tf.Module]] = None
 
 
 @dataclasses.dataclass
@@ -72,6 +75,7 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
   num_examples = int(np.shape(inputs)[0])
   schedule = config.learning_rate_schedule(num_examples)
   checkpoint_interval = config.checkpoint_interval(num_examples)
+  metrics = {}
   if config.method in VI_FAMILY + VOGN_FAMILY:
     run = run_vi_family(
         config, networks.mean_field, inputs, labels, log_likelihood_fn, output_dir,
@@ -103,10 +107,25 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
         steps_per_checkpoint=checkpoint_interval, penalty=networks.penalty,
         input_transform=input_transform)
     sample_outputs = model
+  elif config.method in PARTICLE_METHODS:
+    if networks.particles is None or input_transform is not None:
+      raise ValueError(f"{config.method} needs particle networks and takes no input transform")
+    model = networks.particles(config.num_particles)
+    batch_size, num_steps = config.particle_batch_and_steps(num_examples)
+    function_space = config.function_space_settings() if config.method == "fsvgd" else None
+    training = particles.train_particles(
+        model, inputs, labels, num_steps=num_steps, learning_rate=config.particle_learning_rate,
+        batch_size=batch_size, seed=config.seed, function_space=function_space,
+        checkpoint_dir=checkpoint_dir_of(config, PARTICLES, output_dir),
+        summary_dir=os.path.join(summaries, config.method),
+        steps_per_checkpoint=checkpoint_interval)
+    metrics.update(particle_steps=num_steps, particle_batch_size=batch_size)
+    sample_outputs = model
   else:
     raise ValueError(f"unknown method {config.method!r}")
   return MethodRun(sample_outputs=sample_outputs, models=[model],
-                   metrics={f"{config.method}_resumed_from_step": training.resumed_from_step},
+                   metrics={f"{config.method}_resumed_from_step": training.resumed_from_step,
+                            **metrics},
                    timings={"train_seconds": training.train_seconds})
 
 

@@ -185,3 +185,15 @@ def test_replacing_a_mismatched_checkpoint_deletes_only_checkpoint_files(tmp_pat
   claim_checkpoint_dir(str(folder), {"seed": 1}, replace_mismatched=True)
   assert sorted(os.listdir(folder)) == ["notes.txt", SETTINGS_FILENAME]
   assert json.loads((folder / SETTINGS_FILENAME).read_text()) == {"seed": 1}
+
+
+def test_particle_methods_refuse_more_than_one_replica_and_follow_the_fpovi_protocol():
+  """The kernel couples every particle, so they share one device; the default batch and epochs
+  follow the f-POVI paper's UCI protocol (batch 100 x 500 epochs; 1000 x 3000 past 900)."""
+  with pytest.raises(UsageError, match="--method=fsvgd couples every particle on one device"):
+    UciConfig(method="fsvgd", num_cores=2).check_replicas(2)
+  UciConfig(method="fsvgd").check_replicas(1)
+  assert UciConfig(method="svgd").particle_batch_and_steps(455) == (100, 500 * 5)
+  assert UciConfig(method="svgd").particle_batch_and_steps(901) == (1000, 3000 * 1)
+  assert UciConfig(method="svgd", particle_batch_size=32,
+                   particle_epochs=7).particle_batch_and_steps(100) == (32, 7 * 4)

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI
 
 TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden_units=16,
             vi_steps=400, num_samples=4, steps_per_auxiliary=40, elbo_num_samples=2, mnf_steps=100,
-            ensemble_members=3, ensemble_steps=150, steps_per_checkpoint=200)
+            ensemble_members=3, ensemble_steps=150, steps_per_checkpoint=200, num_particles=4,
+            particle_epochs=20)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -44,8 +45,11 @@ def test_every_method_writes_its_metrics(tmp_path, method):
   if method == "vi_equal_compute":
     # Mutation: training zero extra steps (total = vi_steps) fails here.
     assert metrics["total_vi_steps"] == 400 + 4 * 5 * 40   # the steps taken, read off the trainer
-  if method in ("mnf", "deep_ensemble", "vi", "vogn"):
+  if method in ("mnf", "deep_ensemble", "vi", "vogn", "svgd", "fsvgd"):
     assert "elbo_aux" not in metrics
+  if method in ("svgd", "fsvgd"):
+    # 20 epochs of the f-POVI protocol's batch 100 on 246 examples: 3 steps each.
+    assert metrics["particle_steps"] == 60 and metrics["particle_batch_size"] == 100
   if method in ("vogn", "refined_vogn"):
     assert metrics["vogn_resumed_from_step"] == 0
 
@@ -217,6 +221,10 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
     (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),
     (["--vogn_momentum=1"], 2, "vogn_momentum=1.0 is out of range; allowed: >= 0 and < 1"),
     (["--vogn_curvature=hessian"], 2, "value should be one of"),
+    (["--num_particles=1"], 2, "num_particles=1 is out of range; allowed: >= 2"),
+    (["--method=fsvgd", "--fsvgd_prior_points=9", "--fsvgd_extra_batch=4"], 2,
+     "--fsvgd_extra_batch=4 cannot hold the 5 prior points of --fsvgd_prior_points=9"),
+    (["--method=mnf", "--num_hidden_layers=2"], 2, "the MNF network has one hidden layer"),
     (["--variance_ratio=0.99999999"
      ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
 ])

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from baselines.config import EXTRA_VI, MNF, VI, VOGN, MethodConfig
-from common.config import data_dir_setting, download_setting, setting, with_default
+from baselines.config import ENSEMBLE, EXTRA_VI, MNF, PARTICLES, VI, VOGN, MethodConfig
+from common.config import UsageError, data_dir_setting, download_setting, setting, with_default
 from common.distribution import DeviceConfig
 from uci import data
 
@@ -21,12 +21,21 @@ class UciConfig(MethodConfig):
       "90/10 splits of Gal & Ghahramani (split = seed).", choices=data.SPLITS)
   data_dir: Optional[str] = data_dir_setting("<dir>/<dataset>/data.txt", "$REFINED_VI_DATA_DIR/uci")
   download: bool = download_setting()
-  hidden_units: int = setting(50, "ReLU units of the one hidden layer.", minimum=1)
+  hidden_units: int = setting(50, "ReLU units of each hidden layer.", minimum=1)
+  num_hidden_layers: int = setting(
+      1, "Hidden layers (the paper's 1; the f-POVI paper's Table 8 used 2 of 10 units). MNF has "
+      "one.", minimum=1, maximum=10, shapes=(VI, EXTRA_VI, ENSEMBLE, VOGN, PARTICLES))
   initial_noise_scale: float = setting(
       1.0, "Initial noise scale of the Gaussian likelihood (standardised units; learned as a point "
-      "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF, VOGN))
+      "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF, VOGN, PARTICLES))
   # A 13-50-1 network's ops are too small to share: one thread runs its VI step 1.3x faster here.
   intra_op_threads: int = with_default(DeviceConfig, "intra_op_threads", 1)
+
+  def check(self) -> None:
+    super().check()
+    if self.method == "mnf" and self.num_hidden_layers != 1:
+      raise UsageError(f"--num_hidden_layers={self.num_hidden_layers}: the MNF network has one "
+                       "hidden layer; allowed: 1 with --method=mnf")
 
   @property
   def resolved_data_dir(self) -> Optional[str]:

@@ -16,7 +16,10 @@ units of y. Methods:
   deep_ensemble      10 heteroscedastic members, 5,000 adversarial steps each;
   vogn               the mean-field network fitted by VOGN (baselines.vogn; not in the
                      paper), a fixed N(0, 1) prior, --vi_steps steps;
-  refined_vogn       VOGN, then M refined samples as refined_vi.
+  refined_vogn       VOGN, then M refined samples as refined_vi;
+  svgd, fsvgd        20 particles by weight-space or function-space SVGD (baselines.particles;
+                     not in the paper), the f-POVI paper's settings (Adam 0.004, batch 100 for
+                     500 epochs, or 1000 for 3000 on training sets of more than 900).
 VI training checkpoints into `--vi_checkpoint_dir` (default under the output
 directory); the vi, refined_vi and vi_equal_compute runs of one dataset and
 seed may share it, so the mean-field model is trained once. Reruns resume
