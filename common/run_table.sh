@@ -10,7 +10,8 @@
 # <root>/<benchmark>/<dataset>/<variant>/, as ResNet-20's four architectures are.) Per dataset and seed, vi,
 # refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
 # (<root>/<benchmark>/<dataset>/vi_checkpoints/seed_<s>), so the mean-field model is trained once;
-# vogn and refined_vogn likewise share its vogn/ subfolder; mnf and deep_ensemble are separate jobs.
+# vogn and refined_vogn likewise share its vogn/ subfolder; mnf, deep_ensemble, svgd and fsvgd are
+# separate jobs.
 # With --jobs=N, N jobs run at once, one thread each.
 # --vi_checkpoint_root reads (and writes) the VI checkpoints under ROOT instead of --output_root: a variant
 # of refinement (extra flags) then starts from the very VI models of an existing table.
@@ -75,8 +76,8 @@ job_list() {
     case "$method" in
       vi|refined_vi|vi_equal_compute) vi_family+=("$method") ;;
       vogn|refined_vogn) vogn_family+=("$method") ;;
-      mnf|deep_ensemble) others+=("$method") ;;
-      *) echo "error: unknown method '$method'; allowed: vi refined_vi vi_equal_compute mnf deep_ensemble vogn refined_vogn" >&2
+      mnf|deep_ensemble|svgd|fsvgd) others+=("$method") ;;
+      *) echo "error: unknown method '$method'; allowed: vi refined_vi vi_equal_compute mnf deep_ensemble vogn refined_vogn svgd fsvgd" >&2
          exit 2 ;;
     esac
   done
