@@ -141,14 +141,21 @@ class ElboMaximizer(tf.Module):
     """The next global minibatch's example indices, [batch] or [member_batches, batch], and the
     seed of its input transform (None without one)."""
     count = self.batch_counter.assign_add(1)
-    shape = self._batch_shape
     seed = tf.stack([self._stream_seeds[0], count])
     transform_seed = None
     if self.input_transform is not None:
       transform_seed = tf.stack([self._stream_seeds[1], count])
-    maxval = tf.cast(self.num_examples, tf.int64)
-    return tf.random.stateless_uniform(shape, seed=seed, maxval=maxval,
-                                       dtype=tf.int64), transform_seed
+    return self._example_indices(seed, count, None), transform_seed
+
+  def _example_indices(self, seed: tf.Tensor, first_count: tf.Tensor,
+                       num_steps: Optional[int]) -> tf.Tensor:
+    """The example indices of `num_steps` steps ([num_steps, *batch shape]; None: of one step,
+    [*batch shape]) whose batch counters start at `first_count`, from the stateless `seed`:
+    uniform with replacement (subclasses may pick them otherwise, `baselines.misso`)."""
+    del first_count
+    shape = self._batch_shape if num_steps is None else [num_steps, *self._batch_shape]
+    return tf.random.stateless_uniform(shape, seed=seed, maxval=tf.cast(self.num_examples,
+                                                                        tf.int64), dtype=tf.int64)
 
   def _gather(self, data: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
     """The rows `indices` of `data`, from each member's own group with `grouped_data`."""
@@ -286,10 +293,7 @@ class ElboMaximizer(tf.Module):
     counter of the data stream, and each step's input-transform seed."""
     steps = tf.cast(steps, tf.int64)
     first = self.batch_counter.assign_add(steps) - steps + 1
-    shape = [chunk, *self._batch_shape]
-    indices = tf.random.stateless_uniform(
-        shape, seed=tf.stack([self._stream_seeds[0], first]),
-        maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
+    indices = self._example_indices(tf.stack([self._stream_seeds[0], first]), first, chunk)
     transform_seeds = tf.stack([tf.fill([chunk], self._stream_seeds[1]),
                                 first + tf.range(chunk, dtype=tf.int64)], axis=1)
     return indices, transform_seeds

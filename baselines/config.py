@@ -20,7 +20,11 @@ VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
 VOGN_FAMILY = ("vogn", "refined_vogn")
 # Particle posteriors (baselines.particles): weight-space and function-space SVGD.
 PARTICLE_METHODS = ("svgd", "fsvgd")
-METHODS = VI_FAMILY + ("mnf", "deep_ensemble") + VOGN_FAMILY + PARTICLE_METHODS
+# Methods of every network a benchmark builds (the particles are UCI's only, so far).
+NETWORK_METHODS = VI_FAMILY + ("mnf", "deep_ensemble") + VOGN_FAMILY
+METHODS = NETWORK_METHODS + PARTICLE_METHODS
+# VI's optimisers (baselines.vi.MeanFieldTrainer): the paper's Adam, momentum SGD and MISSO.
+VI_OPTIMIZERS = ("adam", "momentum", "misso")
 # Methods that refine the mean-field posterior they start from (paper Algorithm 1).
 REFINED = ("refined_vi", "refined_vogn")
 
@@ -122,6 +126,16 @@ class MethodConfig(DeviceConfig):
       "VOGN's curvature: squared_gradients (per-example squared gradients, Osawa et al.'s "
       "Algorithm 1) or gauss_newton (the generalised Gauss-Newton diagonal).", choices=CURVATURES,
       shapes=(VOGN,))
+  vi_optimizer: str = setting(
+      "adam", "VI's optimiser: adam (the paper's), momentum (SGD with --vi_momentum) or misso "
+      "(incremental quadratic surrogates, baselines.misso; --learning_rate is its 1/(2 gamma)).",
+      choices=VI_OPTIMIZERS, shapes=(VI, EXTRA_VI))
+  vi_momentum: float = setting(0.9, "--vi_optimizer=momentum: the velocity's decay.", minimum=0,
+                               below=1, shapes=(VI, EXTRA_VI))
+  vi_weight_noise: str = setting(
+      "per_example", "VI's weight noise: per_example (local reparameterisation, Flipout) or "
+      "per_batch (one weight draw per step: Bayes by backprop's estimator).",
+      choices=WEIGHT_NOISE, shapes=(VI, EXTRA_VI))
   num_particles: int = setting(20, "svgd, fsvgd: particles (networks) of the posterior.",
                                minimum=2, maximum=1000, shapes=(PARTICLES,))
   particle_learning_rate: float = setting(
@@ -176,6 +190,10 @@ class MethodConfig(DeviceConfig):
   def check_replicas(self, num_replicas: int) -> None:
     """The global batch (and so refinement, VI, MNF and every ensemble member's) must split."""
     super().check_replicas(num_replicas)
+    if self.vi_optimizer == "misso" and self.method in VI_FAMILY and num_replicas > 1:
+      raise UsageError(f"--vi_optimizer=misso keeps its surrogates on one device, but the "
+                       f"strategy has {num_replicas} replicas; allowed: one device "
+                       "(--num_cores=1)")
     if self.method in PARTICLE_METHODS and num_replicas > 1:
       raise UsageError(f"--method={self.method} couples every particle on one device, but the "
                        f"strategy has {num_replicas} replicas; allowed: one device "

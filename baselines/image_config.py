@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from baselines.config import VI, EXTRA_VI, VOGN, MethodConfig
+from baselines.config import EXTRA_VI, NETWORK_METHODS, VI, VOGN, MethodConfig
 from common import images
 from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting, setting,
                            with_default)
@@ -17,6 +17,8 @@ from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting,
 class ImageClassificationConfig(MethodConfig):
   """One image dataset, one method, one seed; a binary adds its architecture's settings."""
 
+  method: str = setting("refined_vi", "Method to train and evaluate.", choices=NETWORK_METHODS,
+                        shapes=RESULTS)
   dataset: str = setting("mnist", "Image dataset.", choices=images.DATASETS)
   source: str = setting(
       "files", "Original files (local directory, cache or checksummed download) or "

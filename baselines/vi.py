@@ -16,7 +16,10 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from baselines.config import VI_OPTIMIZERS
 from baselines.learning_rate import LearningRateSchedule
+from baselines.misso import MissoMaximizer
+from baselines.momentum import MomentumSgd
 from baselines.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
@@ -25,15 +28,21 @@ __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
 class MeanFieldTrainer(CheckpointedTraining):
   """Mean-field VI of `model` on in-memory data; `train(n)` may be called again to train further.
 
-  With `penalty` (the L2 of a partly deterministic network's point estimates)
-  the objective is the ELBO minus N * penalty; the trace then holds that.
+  `optimizer`: adam (the paper's), momentum (SGD with heavy-ball `momentum`) or misso (the
+  incremental surrogate update of `baselines.misso`, its step size the learning rate);
+  `weight_noise`: per_example (local reparameterisation and Flipout) or per_batch (one weight
+  draw per step, Bayes by backprop's estimator). With `penalty` (the L2 of a partly
+  deterministic network's point estimates) the objective is the ELBO minus N * penalty; the
+  trace then holds that.
   `input_transform` augments every training batch.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
                learning_rate: float | LearningRateSchedule = 1e-3, batch_size: int = 256,
                seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
-               penalty: Optional[Penalty] = None, input_transform: Optional[InputTransform] = None):
+               penalty: Optional[Penalty] = None, input_transform: Optional[InputTransform] = None,
+               optimizer: str = "adam", momentum: float = 0.9,
+               weight_noise: str = "per_example"):
     inputs, labels = check_data(inputs, labels)
     model(inputs[:1])
     kl_fn = None
@@ -42,9 +51,15 @@ class MeanFieldTrainer(CheckpointedTraining):
 
       def kl_fn():
         return model_kl(model) + num_examples * penalty(model)
-    maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
-                              batch_size=batch_size, data_seed=seed, kl_fn=kl_fn,
-                              input_transform=input_transform)
+    if optimizer not in VI_OPTIMIZERS:
+      raise ValueError(f"optimizer={optimizer!r} is not known; allowed: {', '.join(VI_OPTIMIZERS)}")
+    maximizer_class = MissoMaximizer if optimizer == "misso" else ElboMaximizer
+    maximizer = maximizer_class(model, inputs, labels, log_likelihood_fn,
+                                model.trainable_variables, batch_size=batch_size, data_seed=seed,
+                                kl_fn=kl_fn, input_transform=input_transform,
+                                weight_noise=weight_noise)
+    if optimizer == "momentum":
+      maximizer.optimizer = MomentumSgd(maximizer.variables_to_train, momentum)
     super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 

@@ -87,7 +87,9 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                                learning_rate=config.learning_rate_schedule(num_examples),
                                batch_size=config.batch_size, seed=config.seed,
                                steps_per_checkpoint=config.checkpoint_interval(num_examples),
-                               penalty=penalty, input_transform=input_transform)
+                               penalty=penalty, input_transform=input_transform,
+                               optimizer=config.vi_optimizer, momentum=config.vi_momentum,
+                               weight_noise=config.vi_weight_noise)
   vi_steps = config.num_steps(VI, num_examples)
   training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(trainer_name),
                            summary_dir=os.path.join(output_dir, "summaries", trainer_name))

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from baselines.config import METHODS, REFINED, VI_FAMILY, VOGN_FAMILY
+from baselines.config import NETWORK_METHODS, REFINED, VI_FAMILY, VOGN_FAMILY
 from common import refinement_figures as figures
 from image import main as image_main
 from image.config import ImageConfig, pixel_scaling_for
@@ -25,7 +25,7 @@ TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1
             steps_per_checkpoint=100, batch_size=64)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", NETWORK_METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
   config = ImageConfig(method=method, **TINY)
   metrics = image_main.train_and_evaluate(config, str(tmp_path))
@@ -96,6 +96,9 @@ def _run(*args):
     (["--pixel_scaling=zscore"], "value should be one of"),
     (["--ensemble_kernel_initializer=orthogonal"], "value should be one of"),
     (["--method=mnf", "--use_bfloat16"], "--use_bfloat16 with --method=mnf: MNF's normalizing"),
+    (["--method=svgd"], "value should be one of"),
+    (["--vi_optimizer=lbfgs"], "value should be one of <adam|momentum|misso>"),
+    (["--vi_momentum=1"], "vi_momentum=1.0 is out of range; allowed: >= 0 and < 1"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
@@ -238,3 +241,21 @@ def test_refinement_without_optimisation_steps(tmp_path):
   assert metrics["elbo_aux_kl"] == pytest.approx(metrics["elbo_kl"], rel=1e-4)
   assert (tmp_path / figures.FIGURE_FILENAME).stat().st_size > 10_000
   assert np.log(0.1) < metrics["test_mll"] < 0
+
+
+def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path):
+  """--vi_optimizer and --vi_weight_noise reach VI (MISSO's blocks cover the 1,024 digits in 16
+  steps, then it moves), and image.misso_figure reads each run's ELBO summaries."""
+  from image import misso_figure
+  for name, flags in (("misso", dict(vi_optimizer="misso", learning_rate=0.01)),
+                      ("bbb", dict(vi_weight_noise="per_batch"))):
+    config = ImageConfig(**{**TINY, "method": "vi", **flags})
+    metrics = image_main.train_and_evaluate(config, str(tmp_path / "runs" / name))
+    assert metrics["test_accuracy"] > 0.3, name
+  text = misso_figure.write_figure(str(tmp_path / "runs"), str(tmp_path))
+  curves = pd.read_csv(tmp_path / "figure1.csv")
+  assert set(curves.optimiser) == {"MISSO, lr 0.01",
+                                   "Bayes by backprop (Adam, one weight draw per step), lr 0.001"}
+  assert list(curves[curves.run == "misso"].epoch) == [100 * 64 / 1024, 150 * 64 / 1024]
+  assert (curves.negated_elbo_per_example > 0).all()
+  assert (tmp_path / "figure1.png").stat().st_size > 10_000 and "MISSO" in text
