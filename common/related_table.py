@@ -19,12 +19,13 @@ from common import tables
 
 METHOD_TITLES = dict(tables.METHOD_TITLES, vogn="VOGN", refined_vogn="Refined VOGN",
                      vogn_gauss_newton="VOGN (GN)",
-                     refined_vogn_gauss_newton="Refined VOGN (GN)")
+                     refined_vogn_gauss_newton="Refined VOGN (GN)", svgd="SVGD", fsvgd="f-SVGD")
 # (better method, baseline) pairs compared seed by seed.
 PAIRS = (("refined_vogn", "vogn"), ("refined_vi", "vi"), ("vogn", "vi"),
          ("refined_vogn", "refined_vi"), ("refined_vogn", "vi_equal_compute"),
          ("vogn_gauss_newton", "vogn"), ("refined_vogn_gauss_newton", "vogn_gauss_newton"),
-         ("refined_vogn_gauss_newton", "refined_vi"))
+         ("refined_vogn_gauss_newton", "refined_vi"), ("fsvgd", "svgd"), ("fsvgd", "refined_vi"),
+         ("svgd", "refined_vi"))
 
 
 def compute_seconds(runs: pd.DataFrame) -> pd.Series:

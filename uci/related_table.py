@@ -1,4 +1,5 @@
-"""VOGN and refined VOGN beside the VI family on UCI (issue: the field's other answers).
+"""VOGN, refined VOGN, SVGD and f-SVGD beside the VI family on UCI (issue: the field's other
+answers).
 
   python -m uci.related_table --results_dir=results/uci --related_dir=results/related/uci \\
       --output_dir=results/related
@@ -6,23 +7,28 @@
 Writes `uci_table.md`: test MLL and RMSE (original units of y), the ELBO and
 ELBO_aux (original units), the training seconds each method spent, and paired
 per-seed differences in MLL, for vi, vi_equal_compute and refined_vi (Table 1's
-runs) and vogn and refined_vogn (the same splits, seeds and network; VOGN with
+runs), vogn and refined_vogn (the same splits, seeds and network; VOGN with
 a fixed N(0, 1) prior where VI learns its prior scale), with the blog's squared-gradient
-curvature and, as vogn_gauss_newton, with the Gauss-Newton one.
+curvature and, as vogn_gauss_newton, with the Gauss-Newton one, and svgd and fsvgd (20
+particles, the f-POVI paper's training protocol). Also writes `fpovi_table8.md`: our svgd and
+fsvgd runs in the f-POVI paper's Table 8 setting (`--fpovi_dir`: two hidden layers of 10 units on
+the standard 90/10 splits) beside its published numbers.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
 import pandas as pd
 from absl import flags
 
-from common import cli, related_table, tables
+from common import cli, related_table, results_loader, tables
 from uci import table
 
 METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn_gauss_newton",
-           "refined_vogn_gauss_newton")
+           "refined_vogn_gauss_newton", "svgd", "fsvgd")
+FPOVI_TABLE8 = os.path.join(results_loader.DEFAULT_PAPER_DIR, "fpovi_table8_uci.csv")
 METRICS = (("test_mll", "Test MLL", ",.3f"), ("test_rmse", "Test RMSE", ".3g"),
            ("elbo", "ELBO (VI or VOGN posterior)", ",.1f"),
            ("elbo_aux", "ELBO_aux (refined)", ",.1f"))
@@ -46,13 +52,47 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            "Paper Table 1's protocol: random 80/20 splits from seeds 0-4, 50 ReLU units, 30,000 "
            "steps of batch 256, M = 10 refined samples (K = 5, ratio 0.7, 200 steps each). VOGN: "
            "Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, tau 1, gamma 0, "
-           "one draw per step, a fixed N(0, 1) prior.", "",
+           "one draw per step, a fixed N(0, 1) prior. SVGD and f-SVGD: 20 particles of the same "
+           "network, Adam 4e-3 on -phi, batch 100 for 500 epochs (1000 for 3000 past 900 "
+           "training examples), the f-POVI paper's priors.", "",
            f"Commands: `uci/run_table.sh --output_root=results/related --methods=\"vogn "
-           f"refined_vogn\"` and `python -m uci.related_table`. Runs: {len(runs)}; code commits: "
-           f"{commits}."]
+           f"refined_vogn svgd fsvgd\"` and `python -m uci.related_table`. Runs: {len(runs)}; "
+           f"code commits: {commits}."]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
   tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
   return text
+
+
+def fpovi_table8_text(runs_dir: str) -> str:
+  """Our svgd and fsvgd runs under `runs_dir` (the Table 8 setting) beside the f-POVI paper's
+  Table 8: test NLL (-MLL) and RMSE, mean and standard error over the splits run."""
+  runs = table.load_runs(runs_dir)
+  paper = pd.read_csv(FPOVI_TABLE8).set_index(["dataset", "method"])
+  lines = ["# The f-POVI paper's Table 8 setting: SVGD and f-SVGD, ours beside the published", "",
+           "Two hidden layers of 10 ReLU units, Gal & Ghahramani's 90/10 splits (split = seed), "
+           "20 particles, Adam 4e-3, batch 100 x 500 epochs (1000 x 3000 past 900 training "
+           "examples). Mean ± standard error over the splits run (the paper: its parentheses).",
+           "", f"Code commits: {', '.join(sorted(str(c) for c in runs.git_commit.unique()))}.", "",
+           "| dataset | method | splits | NLL (ours) | NLL (paper) | RMSE (ours) | RMSE (paper) "
+           "| ours − paper, NLL, in paper s.e. |", "|---|---|---|---|---|---|---|---|"]
+  for (dataset, method), group in runs.groupby(["dataset", "method"]):
+    nll, rmse = -group.test_mll.astype(float), group.test_rmse.astype(float)
+    count = len(group)
+
+    def ours(values):
+      error = values.std(ddof=1) / math.sqrt(count) if count > 1 else math.nan
+      return tables.cell(values.mean(), error, 3 if abs(values.mean()) < 1 else 2)
+    if (dataset, method) in paper.index:
+      published = paper.loc[(dataset, method)]
+      paper_nll = f"{published.nll_mean:.2f} ± {published.nll_se:.2f}"
+      paper_rmse = f"{published.rmse_mean:.2f} ± {published.rmse_se:.2f}"
+      gap = (nll.mean() - published.nll_mean) / max(published.nll_se, 0.005)
+      gap_text = f"{gap:+.1f}"
+    else:
+      paper_nll = paper_rmse = gap_text = "–"
+    lines.append(f"| {dataset} | {related_table.METHOD_TITLES.get(method, method)} | {count} | "
+                 f"{ours(nll)} | {paper_nll} | {ours(rmse)} | {paper_rmse} | {gap_text} |")
+  return "\n".join(lines) + "\n"
 
 
 def main(argv):
@@ -60,6 +100,10 @@ def main(argv):
   options = flags.FLAGS
   print(write_table(options.results_dir, options.related_dir, options.output_dir,
                     options.gauss_newton_dir))
+  if os.path.isdir(options.fpovi_dir):
+    text = fpovi_table8_text(options.fpovi_dir)
+    tables.write_text(os.path.join(options.output_dir, "fpovi_table8.md"), text)
+    print(text)
 
 
 if __name__ == "__main__":
@@ -67,5 +111,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("related_dir", "results/related/uci", "The related methods' runs.")
   flags.DEFINE_string("gauss_newton_dir", "results/related/vogn_gauss_newton/uci",
                       "VOGN runs with Gauss-Newton curvature (listed as *_gauss_newton).")
+  flags.DEFINE_string("fpovi_dir", "results/related/fpovi_table8/uci",
+                      "svgd and fsvgd runs in the f-POVI paper's Table 8 setting.")
   flags.DEFINE_string("output_dir", "results/related", "Where uci_table.md goes.")
   cli.run(main)
