@@ -14,7 +14,12 @@ agent's variants), so one computation serves every seed:
               on the history against p(w | a1); the refined sample is used
               once and discarded (the mean-field model is not changed);
   eps_greedy  the maximum-likelihood network's greedy action, a uniformly random
-              one with probability epsilon (one member per epsilon and seed).
+              one with probability epsilon (one member per epsilon and seed);
+  svgd_ts,    Thompson sampling with a particle posterior (not in the paper; the
+  fsvgd_ts    f-POVI paper ran f-SVGD on this bandit): `num_particles` networks
+              per seed moved by weight- or function-space SVGD on the seed's
+              history; the mean of `num_thompson_samples` uniformly drawn
+              particles picks the action.
 
 The mean-field models and their refinement are `auxiliary_sampling`'s
 layers, `ElboMaximizer` (over growing per-member histories) and the
@@ -38,6 +43,7 @@ from bandits.config import BanditConfig
 from bandits.mushroom import NUM_ACTIONS, NUM_FEATURES
 from baselines.deep_ensemble import MemberDense, independent_member_initializer
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from baselines.particles import FunctionSpaceSettings, ParticleMaximizer, ParticleNetwork
 
 # Stream identifiers mixed into the run seed.
 _MODEL_STREAM, _REFINED_STREAM, _AUXILIARY_STREAM, _DATA_STREAM, _EXPLORE_STREAM = range(1, 6)
@@ -64,14 +70,21 @@ class RewardModel(tf_keras.layers.Layer):
       inputs = layer(inputs)
     return inputs
 
+  def network_inputs(self, inputs: tf.Tensor) -> tf.Tensor:
+    """What the network takes of [..., F + 1] inputs: all (action_input) or the context."""
+    return inputs if self.reward_model == "action_input" else inputs[..., :-1]
+
+  def action_value(self, outputs: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
+    """[...] predicted mean reward of each input's action from the network's [..., outputs]."""
+    if self.reward_model == "action_input":
+      return outputs[..., 0]
+    return tf.where(inputs[..., -1] > 0.5, outputs[..., 1], outputs[..., 0])
+
   @no_autograph
   def call(self, inputs, training=None):
     del training
-    if self.reward_model == "action_input":
-      return self.noise(self._network(inputs))
-    contexts, actions = inputs[..., :-1], inputs[..., -1:]
-    means = self._network(contexts)
-    return self.noise(tf.where(actions > 0.5, means[..., 1:], means[..., :1]))
+    means = self.action_value(self._network(self.network_inputs(inputs)), inputs)
+    return self.noise(means[..., tf.newaxis])
 
   def action_means(self, contexts: tf.Tensor) -> tf.Tensor:
     """[M, batch, NUM_ACTIONS]: every action's predicted mean reward for contexts [M, batch, F],
@@ -138,7 +151,9 @@ class Agent(tf.Module):
   """An agent for all seeds at once: `num_variants` members per seed (seed-major)."""
 
   def __init__(self, name: str, config: BanditConfig, num_features: int, num_variants: int,
-               run_seed: int, bayesian: bool):
+               run_seed: int, bayesian: bool, shared_history: bool = False):
+    """`shared_history`: a seed's variants act as one agent (a particle posterior's particles)
+    and train on one history per seed; otherwise each variant has its own."""
     super().__init__(name=name)
     self.config = config
     self.num_seeds = len(config.seeds)
@@ -150,12 +165,18 @@ class Agent(tf.Module):
     self.model(tf.zeros([self.num_members, 1, num_features + 1]))
     if bayesian:
       seed_member_streams(self.model, derived_seed(run_seed, _MODEL_STREAM), self.num_members)
-    self.history = History(self.num_members, config.horizon, num_features)
+    self.shared_history = shared_history
+    self.history = History(self.num_seeds if shared_history else self.num_members,
+                           config.horizon, num_features)
+    self.maximizer = self._maximizer(bayesian)
+
+  def _maximizer(self, bayesian: bool) -> ElboMaximizer:
+    """What updates the reward models after each reward: the ELBO (or likelihood) by Adam."""
     kl_fn = None if bayesian else (lambda: tf.zeros([self.num_members]))
-    self.maximizer = ElboMaximizer(
+    return ElboMaximizer(
         self.model, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
-        variables=self.model.trainable_variables, batch_size=config.batch_size,
-        data_seed=derived_seed(run_seed, _DATA_STREAM), kl_fn=kl_fn,
+        variables=self.model.trainable_variables, batch_size=self.config.batch_size,
+        data_seed=derived_seed(self.run_seed, _DATA_STREAM), kl_fn=kl_fn,
         member_batches=self.num_members, grouped_data=True, num_examples=self.history.count)
 
   @property
@@ -175,8 +196,8 @@ class Agent(tf.Module):
   def observe(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> tf.Tensor:
     """Appends each member's observation and updates its model; returns the last step's
     objective estimate per member (ELBO, or log-likelihood for point weights)."""
-    self.history.append(self._member_contexts(contexts), tf.reshape(actions, [-1]),
-                        tf.reshape(rewards, [-1]))
+    rows = contexts if self.shared_history else self._member_contexts(contexts)
+    self.history.append(rows, tf.reshape(actions, [-1]), tf.reshape(rewards, [-1]))
     trace, _ = self.maximizer.run(tf.constant(self.config.update_steps),
                                   tf.constant(self.config.learning_rate), tf.constant(0.0))
     return trace[-1]
@@ -263,6 +284,42 @@ class EpsilonGreedyAgent(Agent):
     return tf.where(draws[0] < self.epsilons, random_actions, greedy)
 
 
+class ParticleThompsonAgent(Agent):
+  """svgd_ts and, in function space, fsvgd_ts: `num_particles` point networks per seed moved by
+  SVGD (`baselines.particles`) on the seed's history after every reward; a Thompson sample is a
+  particle drawn uniformly, and the mean of `num_thompson_samples` drawn particles picks the
+  action, as vi_ts averages its weight draws. The weights' prior is the other agents' N(0,
+  prior_scale^2) (rewards are not standardised here), the noise std's the f-POVI paper's."""
+
+  def __init__(self, config: BanditConfig, num_features: int, run_seed: int,
+               function_space: bool):
+    self.function_space = FunctionSpaceSettings() if function_space else None
+    super().__init__("fsvgd_ts" if function_space else "svgd_ts", config, num_features,
+                     config.num_particles, run_seed, bayesian=False, shared_history=True)
+    self.choice_seed = derived_seed(run_seed, _EXPLORE_STREAM)
+
+  def _maximizer(self, bayesian: bool) -> ElboMaximizer:
+    del bayesian
+    network = ParticleNetwork(self.model.network_layers, self.model.noise,
+                              self.model.network_inputs, self.model.action_value,
+                              weight_prior_scale=self.config.prior_scale)
+    return ParticleMaximizer(
+        self.model, self.history.inputs, self.history.rewards, batch_size=self.config.batch_size,
+        data_seed=derived_seed(self.run_seed, _DATA_STREAM), function_space=self.function_space,
+        network=network, grouped_data=True, num_examples=self.history.count)
+
+  @graph_function
+  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    means = self.model.action_means(self._member_contexts(contexts)[:, tf.newaxis])[:, 0]
+    means = tf.reshape(means, [self.num_seeds, self.num_variants, NUM_ACTIONS])
+    drawn = tf.random.stateless_uniform(
+        [self.num_seeds, self.config.num_thompson_samples],
+        seed=tf.stack([tf.constant(self.choice_seed, tf.int64), tf.cast(step, tf.int64)]),
+        maxval=self.num_variants, dtype=tf.int32)
+    samples = tf.gather(means, drawn, axis=1, batch_dims=1)          # [seeds, samples, A]
+    return _greedy(tf.reduce_mean(samples, axis=1))[:, tf.newaxis]
+
+
 def make_agent(name: str, config: BanditConfig, num_features: int,
                run_seed: Optional[int] = None) -> Agent:
   """The agent called `name` (one of bandits.config.AGENTS) for all of `config.seeds`."""
@@ -271,4 +328,6 @@ def make_agent(name: str, config: BanditConfig, num_features: int,
     return ThompsonAgent(config, num_features, run_seed, refined=name == "refined_ts")
   if name == "eps_greedy":
     return EpsilonGreedyAgent(config, num_features, run_seed)
+  if name in ("svgd_ts", "fsvgd_ts"):
+    return ParticleThompsonAgent(config, num_features, run_seed, function_space=name == "fsvgd_ts")
   raise ValueError(f"unknown agent {name!r}")

@@ -8,7 +8,9 @@ from typing import Optional
 from common.config import (NOTHING, Config, UsageError, data_dir_setting, download_setting,
                            setting)
 
-AGENTS = ("refined_ts", "vi_ts", "eps_greedy")
+AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
+# The agents run when --agents is not given (the paper's Figure 5).
+PAPER_AGENTS = ("refined_ts", "vi_ts", "eps_greedy")
 REWARD_MODELS = ("per_action", "action_input")
 
 
@@ -17,9 +19,10 @@ class BanditConfig(Config):
   """One run: the listed agents, every seed at once (the seeds are a member axis)."""
 
   agents: tuple[str, ...] = setting(
-      AGENTS, "Agents to run, one after another: refined_ts (Thompson sampling with refined "
+      PAPER_AGENTS, "Agents to run, one after another: refined_ts (Thompson sampling with refined "
       "samples), vi_ts (with mean-field samples), eps_greedy (on the maximum-likelihood network, "
-      "one line per --epsilons value).", choices=AGENTS)
+      "one line per --epsilons value), svgd_ts and fsvgd_ts (with particles moved by weight- or "
+      "function-space SVGD; not in the paper).", choices=AGENTS)
   seeds: tuple[int, ...] = setting(
       (0, 1, 2, 3, 4), "Seeds, run together as one vectorised computation. Seed s fixes the "
       "environment stream (mushrooms shown, luck of poisonous ones), the same for every agent.",
@@ -41,6 +44,9 @@ class BanditConfig(Config):
   auxiliary_variance_fraction: float = setting(
       0.7, "Prior variance of a1 as a fraction of the prior's (paper: w = a1 + a2, "
       "p(a1) = N(0, 0.7), p(a2) = N(0, 0.3)).", above=0, below=1)
+  num_particles: int = setting(
+      20, "svgd_ts, fsvgd_ts: particles (networks) per seed (the f-POVI paper's 20).", minimum=2,
+      maximum=1000)
   epsilons: tuple[float, ...] = setting(
       (0.01, 0.05, 0.1), "Exploration rates of eps_greedy, each its own line.", minimum=0,
       maximum=1)

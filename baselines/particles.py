@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -70,40 +70,44 @@ class FunctionSpaceSettings:
 
 
 def median_bandwidth(squared_distances: tf.Tensor) -> tf.Tensor:
-  """h of the kernel exp(-d^2 / (2 h)) by the median heuristic: median(d^2) / (2 log(n + 1)),
-  the median over all n^2 pairs, the diagonal included (as Liu & Wang's code takes it)."""
-  values = tf.sort(tf.reshape(squared_distances, [-1]))
-  count = tf.size(values)
-  median = 0.5 * (values[(count - 1) // 2] + values[count // 2])
-  num_particles = tf.cast(tf.shape(squared_distances)[0], values.dtype)
-  return tf.maximum(median / (2.0 * tf.math.log(num_particles + 1.0)), BANDWIDTH_FLOOR)
+  """h of the kernel exp(-d^2 / (2 h)) by the median heuristic, median(d^2) / (2 log(n + 1)), for
+  [..., n, n] squared distances (one h per leading index): the median over all n^2 pairs, the
+  diagonal included (as Liu & Wang's code takes it)."""
+  num_particles = int(squared_distances.shape[-1])
+  flat = tf.reshape(squared_distances, tf.concat([tf.shape(squared_distances)[:-2], [-1]], 0))
+  values = tf.sort(flat, axis=-1)
+  count = num_particles * num_particles
+  median = 0.5 * (values[..., (count - 1) // 2] + values[..., count // 2])
+  return tf.maximum(median / (2.0 * math.log(num_particles + 1.0)), BANDWIDTH_FLOOR)
 
 
 def svgd_direction(particles: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
-  """phi at every particle (Liu & Wang 2016, Eq. 8) for [n, D] particles and their [n, D]
-  log-density gradients: (K scores + sum_j K_ij (x_i - x_j) / h) / n with the RBF kernel K."""
-  centred = particles - tf.reduce_mean(particles, axis=0, keepdims=True)
-  norms = tf.reduce_sum(tf.square(centred), axis=1)
-  squared = tf.maximum(norms[:, tf.newaxis] + norms[tf.newaxis, :]
+  """phi at every particle (Liu & Wang 2016, Eq. 8) for [..., n, D] particles and their
+  log-density gradients, each leading index a separate set: (K scores + sum_j K_ij (x_i - x_j) /
+  h) / n with the RBF kernel K."""
+  centred = particles - tf.reduce_mean(particles, axis=-2, keepdims=True)
+  norms = tf.reduce_sum(tf.square(centred), axis=-1)
+  squared = tf.maximum(norms[..., :, tf.newaxis] + norms[..., tf.newaxis, :]
                        - 2.0 * tf.matmul(centred, centred, transpose_b=True), 0.0)
-  bandwidth = tf.stop_gradient(median_bandwidth(squared))
+  bandwidth = tf.stop_gradient(median_bandwidth(squared))[..., tf.newaxis, tf.newaxis]
   kernel = tf.exp(-squared / (2.0 * bandwidth))
   attraction = tf.matmul(kernel, scores)
-  repulsion = (centred * tf.reduce_sum(kernel, axis=1, keepdims=True)
+  repulsion = (centred * tf.reduce_sum(kernel, axis=-1, keepdims=True)
                - tf.matmul(kernel, centred)) / bandwidth
-  return (attraction + repulsion) / tf.cast(tf.shape(particles)[0], particles.dtype)
+  return (attraction + repulsion) / float(particles.shape[-2])
 
 
-def prior_scale(layer: MemberDense) -> float:
-  """Standard deviation of the N(0, 1/fan_out) prior on a layer's kernel and bias."""
-  return 1.0 / math.sqrt(layer.units)
+def prior_scale(layer: MemberDense, fixed_scale: Optional[float] = None) -> float:
+  """Standard deviation of the prior on a layer's kernel and bias: N(0, 1/fan_out) (the f-POVI
+  authors'), or `fixed_scale` on every weight when given."""
+  return fixed_scale if fixed_scale is not None else 1.0 / math.sqrt(layer.units)
 
 
-def log_weight_prior(layers: list[MemberDense]) -> tf.Tensor:
-  """[n] log N(w; 0, 1/fan_out) summed over every particle's kernels and biases."""
+def log_weight_prior(layers: list[MemberDense], fixed_scale: Optional[float] = None) -> tf.Tensor:
+  """[n] log N(w; 0, prior_scale^2) summed over every particle's kernels and biases."""
   total = 0.0
   for layer in layers:
-    scale = prior_scale(layer)
+    scale = prior_scale(layer, fixed_scale)
     for weights in (layer.kernel, layer.bias):
       size = float(np.prod(weights.shape[1:]))
       squares = tf.reduce_sum(tf.reshape(tf.square(weights), [weights.shape[0], -1]), axis=1)
@@ -118,37 +122,64 @@ def log_noise_prior(scale: tf.Tensor) -> tf.Tensor:
           - rate / scale)
 
 
-def prior_function_draws(layers: list[MemberDense], points: tf.Tensor,
-                         normals: list[tf.Tensor]) -> tf.Tensor:
-  """[S, P] first outputs at `points` [P, d] of S networks drawn from the weight prior.
+@dataclasses.dataclass(frozen=True)
+class ParticleNetwork:
+  """What f-SVGD needs to know of a particle model besides calling it: its dense layers (whose
+  prior networks it draws), its noise layer, and how the layers' outputs become the function
+  value at an input (a network of one output: the output; a bandit's one-output-per-action
+  network: the output of the input's action)."""
 
-  `normals` holds standard normals per layer, kernel then bias ([S, in, out], [S, out]).
-  """
-  hidden = points[tf.newaxis]
-  for index, layer in enumerate(layers):
-    scale = prior_scale(layer)
+  dense_layers: list[MemberDense]
+  noise_layer: HomoscedasticNoise
+  network_inputs: Callable[[tf.Tensor], tf.Tensor] = lambda inputs: inputs
+  function_value: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = (
+      lambda outputs, inputs: outputs[..., 0])
+  # The weights' prior std: None for N(0, 1/fan_out), or one std for every weight.
+  weight_prior_scale: Optional[float] = None
+
+  @classmethod
+  def of_sequential(cls, model: tf_keras.Sequential) -> "ParticleNetwork":
+    """A Sequential of MemberDense layers ending in one HomoscedasticNoise layer."""
+    dense = [layer for layer in model.layers if isinstance(layer, MemberDense)]
+    noise = [layer for layer in model.layers if isinstance(layer, HomoscedasticNoise)]
+    if not dense or len(noise) != 1:
+      raise ValueError("particles need MemberDense layers and one HomoscedasticNoise layer")
+    return cls(dense, noise[0])
+
+
+def prior_function_draws(network: ParticleNetwork, points: tf.Tensor,
+                         normals: list[tf.Tensor]) -> tf.Tensor:
+  """[G, S, P] function values at `points` [G, P, d] of S networks per group drawn from the
+  weight prior. `normals` holds standard normals per layer, kernel then bias ([G, S, in, out],
+  [G, S, out])."""
+  hidden = network.network_inputs(points)[:, tf.newaxis]
+  for index, layer in enumerate(network.dense_layers):
+    scale = prior_scale(layer, network.weight_prior_scale)
     kernel, bias = scale * normals[2 * index], scale * normals[2 * index + 1]
-    hidden = layer.activation(tf.matmul(hidden, kernel) + bias[:, tf.newaxis, :])
-  return hidden[..., 0]
+    hidden = layer.activation(tf.matmul(hidden, kernel) + bias[:, :, tf.newaxis, :])
+  return network.function_value(hidden, points[:, tf.newaxis])
 
 
 def gaussian_from_draws(draws: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-  """(mean [P], precision [P, P]) in float64 of the Gaussian matching [S, P] draws' first two
-  moments (unbiased covariance, eigenvalues floored at PRIOR_EIGENVALUE_FLOOR)."""
+  """(mean [..., P], precision [..., P, P]) in float64 of the Gaussian matching [..., S, P]
+  draws' first two moments (unbiased covariance, eigenvalues floored at
+  PRIOR_EIGENVALUE_FLOOR)."""
   draws = tf.cast(draws, tf.float64)
-  mean = tf.reduce_mean(draws, axis=0)
-  centred = draws - mean
-  covariance = tf.matmul(centred, centred, transpose_a=True) / tf.cast(
-      tf.shape(draws)[0] - 1, tf.float64)
+  mean = tf.reduce_mean(draws, axis=-2)
+  centred = draws - mean[..., tf.newaxis, :]
+  covariance = tf.matmul(centred, centred, transpose_a=True) / float(draws.shape[-2] - 1)
   eigenvalues, eigenvectors = tf.linalg.eigh(covariance)
   inverse = 1.0 / tf.maximum(eigenvalues, PRIOR_EIGENVALUE_FLOOR)
-  return mean, tf.matmul(eigenvectors * inverse, eigenvectors, transpose_b=True)
+  precision = tf.matmul(eigenvectors * inverse[..., tf.newaxis, :], eigenvectors,
+                        transpose_b=True)
+  return mean, precision
 
 
 def gaussian_log_density(values: tf.Tensor, mean: tf.Tensor, precision: tf.Tensor) -> tf.Tensor:
-  """[n] -1/2 (v - mean)^T precision (v - mean) of [n, P] values (the constant dropped)."""
-  centred = tf.cast(values, tf.float64) - mean
-  quadratic = tf.reduce_sum(tf.matmul(centred, precision) * centred, axis=1)
+  """[..., n] -1/2 (v - mean)^T precision (v - mean) of [..., n, P] values (the constant
+  dropped), the mean [..., P] and precision [..., P, P] per leading index."""
+  centred = tf.cast(values, tf.float64) - mean[..., tf.newaxis, :]
+  quadratic = tf.reduce_sum(tf.matmul(centred, precision) * centred, axis=-1)
   return tf.cast(-0.5 * quadratic, values.dtype)
 
 
@@ -169,21 +200,28 @@ class ParticleMaximizer(ElboMaximizer):
   Adam takes -phi as the gradient (the authors' use of it). The trace holds each particle's log
   joint on the step's batch, N * mean log p(y | x) + log prior, and its "KL" the negative log
   prior (the weights' and noise's; f-SVGD's: the Gaussian function-space prior at its points).
-  The particles share one device: f-SVGD's kernel needs every particle's function values.
+  With `grouped_data` (inputs and labels [G, capacity, ...], `num_examples` a variable as in
+  `ElboMaximizer`: a bandit's per-seed histories) the M particles form G independent sets of
+  M / G, set g on group g's data, each set with its own batch, kernel and prior draws; otherwise
+  one set on one dataset. The particles share one device: the kernel needs every particle.
   """
 
-  def __init__(self, model: tf_keras.Sequential, inputs, labels, *, batch_size: int,
-               data_seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
-               **kwargs):
-    self.dense_layers = [layer for layer in model.layers if isinstance(layer, MemberDense)]
-    noise_layers = [layer for layer in model.layers if isinstance(layer, HomoscedasticNoise)]
-    if not self.dense_layers or len(noise_layers) != 1:
-      raise ValueError("particles need MemberDense layers and one HomoscedasticNoise layer")
-    self.noise_layer = noise_layers[0]
+  def __init__(self, model: tf.Module, inputs, labels, *, batch_size: int, data_seed: int = 0,
+               function_space: Optional[FunctionSpaceSettings] = None,
+               network: Optional[ParticleNetwork] = None, grouped_data: bool = False,
+               num_examples: Optional[tf.Variable] = None, **kwargs):
+    self.network = network or ParticleNetwork.of_sequential(model)
     self.function_space = function_space
+    num_particles = int(self.network.noise_layer.untransformed_noise_scale.shape[0])
+    self.num_groups = int(inputs.shape[0]) if grouped_data else 1
+    if num_particles % self.num_groups or num_particles // self.num_groups < 2:
+      raise ValueError(f"{num_particles} particles do not form {self.num_groups} sets of at "
+                       "least 2; allowed: a multiple of the groups, at least twice as many")
+    self.particles_per_group = num_particles // self.num_groups
     super().__init__(model, inputs, labels, gaussian_head_log_likelihood,
                      model.trainable_variables, batch_size=batch_size, data_seed=data_seed,
-                     **kwargs)
+                     member_batches=num_particles if grouped_data else None,
+                     grouped_data=grouped_data, num_examples=num_examples, **kwargs)
     if self.strategy.num_replicas_in_sync > 1:
       raise ValueError("particle methods run on one device (the kernel couples every "
                        f"particle), but the strategy has {self.strategy.num_replicas_in_sync} "
@@ -191,15 +229,35 @@ class ParticleMaximizer(ElboMaximizer):
     # f-SVGD's perturbations and prior networks (a stream of its own, checkpointed with the run).
     self.prior_noise = MemberNoise(None, name="function_prior_noise",
                                    initial_seed=derived_seed(data_seed, _PRIOR_STREAM))
-    if function_space is not None:
-      self.kde_std = function_space.kde_scale / math.sqrt(
-          float(self.inputs.shape[0]) * float(np.prod(self.inputs.shape[1:])))
+    self.input_size = int(np.prod(self.inputs.shape[2 if grouped_data else 1:]))
 
   @property
   def _batch_shape(self) -> list[int]:
-    """The likelihood batch, then f-SVGD's extra batch."""
+    """The likelihood batch, then f-SVGD's extra batch (per particle with groups)."""
     extra = 0 if self.function_space is None else self.function_space.extra_batch
-    return [self.batch_size + extra]
+    rows = [self.batch_size + extra]
+    return rows if self.member_batches is None else [self.member_batches, *rows]
+
+  def _example_indices(self, seed, first_count, num_steps):
+    """Uniform with replacement; with groups one batch per group, shared by its particles."""
+    if self.member_batches is None:
+      return super()._example_indices(seed, first_count, num_steps)
+    steps = [] if num_steps is None else [num_steps]
+    indices = tf.random.stateless_uniform(
+        [*steps, self.num_groups, self._batch_shape[-1]], seed=seed,
+        maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
+    return tf.repeat(indices, self.particles_per_group, axis=-2)
+
+  def _by_group(self, values: tf.Tensor) -> tf.Tensor:
+    """[M, ...] -> [G, M / G, ...]."""
+    return tf.reshape(values, [self.num_groups, self.particles_per_group, *values.shape[1:]])
+
+  def _group_rows(self, rows: tf.Tensor) -> tf.Tensor:
+    """One copy per group of rows the particles of a group share: [M, R, ...] with groups,
+    [R, ...] without -> [G, R, ...]."""
+    if self.member_batches is None:
+      return rows[tf.newaxis]
+    return rows[::self.particles_per_group]
 
   def _log_likelihood(self, labels, values, scale) -> tf.Tensor:
     """[n] N * mean over the batch of log N(y | values, scale^2)."""
@@ -207,20 +265,26 @@ class ParticleMaximizer(ElboMaximizer):
     return self._num_examples_float * tf.reduce_mean(log_likelihood, axis=-1)
 
   def _function_space_points(self, inputs) -> tuple[tf.Tensor, tf.Tensor]:
-    """(the step's points [B + E, d]: the batch, then the perturbed extra inputs; the [S, P]
-    prior draws at its prior points). Every random draw of an f-SVGD step is made here."""
+    """(the step's points [M?, B + E, d]: the batch, then the extra inputs perturbed by the
+    KDE's noise, std kde_scale / sqrt(N d); the [G, S, P] prior draws at the prior points).
+    Every random draw of an f-SVGD step is made here."""
     settings = self.function_space
-    extra = inputs[self.batch_size:]
-    extra = extra + self.kde_std * self.prior_noise.normal(extra.shape)
-    points = tf.concat([inputs[:self.batch_size], extra], axis=0)
+    extra = self._group_rows(inputs[..., self.batch_size:, :])
+    kde_std = settings.kde_scale / tf.sqrt(self._num_examples_float * self.input_size)
+    extra = extra + kde_std * self.prior_noise.normal(extra.shape)
+    if self.member_batches is None:
+      extra = extra[0]
+    else:
+      extra = tf.repeat(extra, self.particles_per_group, axis=0)
+    points = tf.concat([inputs[..., :self.batch_size, :], extra], axis=-2)
     normals = []
-    for layer in self.dense_layers:
+    for layer in self.network.dense_layers:
       fan_in = int(layer.kernel.shape[1])
-      normals.append(self.prior_noise.normal([settings.prior_draws, fan_in, layer.units]))
-      normals.append(self.prior_noise.normal([settings.prior_draws, layer.units]))
-    draws = prior_function_draws(self.dense_layers, tf.gather(points, self._prior_columns),
-                                 normals)
-    return points, draws
+      shape = [self.num_groups, settings.prior_draws]
+      normals.append(self.prior_noise.normal([*shape, fan_in, layer.units]))
+      normals.append(self.prior_noise.normal([*shape, layer.units]))
+    prior_points = tf.gather(self._group_rows(points), self._prior_columns, axis=1)
+    return points, prior_function_draws(self.network, prior_points, normals)
 
   @property
   def _prior_columns(self) -> list[int]:
@@ -229,22 +293,26 @@ class ParticleMaximizer(ElboMaximizer):
     total = self.batch_size + self.function_space.extra_batch
     return list(range(points // 2)) + list(range(total - (points - points // 2), total))
 
+  def _function_log_prior(self, values: tf.Tensor, draws: tf.Tensor) -> tf.Tensor:
+    """[M] log density of the moment-matched Gaussian prior at the prior points' values."""
+    mean, precision = gaussian_from_draws(draws)
+    at_points = self._by_group(tf.gather(values, self._prior_columns, axis=1))
+    return tf.reshape(gaussian_log_density(at_points, mean, precision), [-1])
+
   def _replica_terms(self, num_replicas, replica, inputs, labels, transform_seed):
     """(log-likelihood term, negative log prior) of every particle: the step's forward pass."""
     del num_replicas, replica, transform_seed
-    noise_scale = self.noise_layer.noise_scale[:, 0]
+    noise_scale = self.network.noise_layer.noise_scale[:, 0]
+    labels = labels[..., :self.batch_size, :]
     if self.function_space is None:
       values = self.model(inputs, training=True)[..., 0]
       return (self._log_likelihood(labels, values, noise_scale),
-              -log_weight_prior(self.dense_layers) - log_noise_prior(noise_scale))
+              -log_weight_prior(self.network.dense_layers, self.network.weight_prior_scale)
+              - log_noise_prior(noise_scale))
     points, draws = self._function_space_points(inputs)
     values = self.model(points, training=True)[..., 0]
-    mean, precision = gaussian_from_draws(draws)
-    log_prior = gaussian_log_density(tf.gather(values, self._prior_columns, axis=1), mean,
-                                     precision)
-    labels = labels[:self.batch_size]
     return (self._log_likelihood(labels, values[:, :self.batch_size], noise_scale),
-            -log_prior - log_noise_prior(noise_scale))
+            -self._function_log_prior(values, draws) - log_noise_prior(noise_scale))
 
   def _replica_step(self, indices, transform_seed, learning_rate):
     """One SVGD step of every particle; (log joint, negative log prior) per particle."""
@@ -267,7 +335,8 @@ class ParticleMaximizer(ElboMaximizer):
     num_particles = int(variables[0].shape[0])
     flat = tf.concat([tf.reshape(v, [num_particles, -1]) for v in variables], axis=1)
     flat_scores = tf.concat([tf.reshape(s, [num_particles, -1]) for s in scores], axis=1)
-    direction = svgd_direction(flat, flat_scores)
+    direction = tf.reshape(svgd_direction(self._by_group(flat), self._by_group(flat_scores)),
+                           [num_particles, -1])
     sizes = [int(np.prod(v.shape[1:])) for v in variables]
     gradients = [-tf.reshape(part, v.shape)
                  for part, v in zip(tf.split(direction, sizes, axis=1), variables)]
@@ -276,27 +345,27 @@ class ParticleMaximizer(ElboMaximizer):
   def _function_space_gradients(self, inputs, labels):
     """-phi back-propagated through every particle's function values (the weights), and the
     gradient of the negative log posterior of the noise scales (MAP)."""
-    noise_variable = self.noise_layer.untransformed_noise_scale
-    labels = labels[:self.batch_size]
+    noise_variable = self.network.noise_layer.untransformed_noise_scale
+    labels = labels[..., :self.batch_size, :]
     with tf.GradientTape(persistent=True) as tape:
       points, draws = self._function_space_points(inputs)
       values = self.model(points, training=True)[..., 0]
-      noise_scale = self.noise_layer.noise_scale[:, 0]
+      noise_scale = self.network.noise_layer.noise_scale[:, 0]
       noise_loss = -tf.reduce_sum(self._log_likelihood(
           labels, tf.stop_gradient(values[:, :self.batch_size]), noise_scale)
                                   + log_noise_prior(noise_scale)) / self._num_examples_float
     fixed_values = tf.stop_gradient(values)
     fixed_scale = tf.stop_gradient(noise_scale)
-    mean, precision = gaussian_from_draws(draws)
     with tf.GradientTape() as score_tape:
       score_tape.watch(fixed_values)
       log_likelihood = self._log_likelihood(labels, fixed_values[:, :self.batch_size],
                                             fixed_scale)
-      log_prior = gaussian_log_density(tf.gather(fixed_values, self._prior_columns, axis=1),
-                                       mean, precision)
+      log_prior = self._function_log_prior(fixed_values, draws)
       total_log_joint = tf.reduce_sum(log_likelihood + log_prior)
     scores = score_tape.gradient(total_log_joint, fixed_values)
-    direction = svgd_direction(fixed_values, scores)
+    direction = tf.reshape(
+        svgd_direction(self._by_group(fixed_values), self._by_group(scores)),
+        tf.shape(fixed_values))
     num_points = float(fixed_values.shape[1])
     weights = [v for v in self.variables_to_train if v is not noise_variable]
     weight_gradients = tape.gradient(values, weights, output_gradients=-direction / num_points)

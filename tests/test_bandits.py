@@ -160,6 +160,28 @@ def test_refined_thompson_sampling_refines_a_copy_and_leaves_q_alone(mushrooms):
 
 
 @needs_mushrooms
+@pytest.mark.parametrize("agent_name", ["svgd_ts", "fsvgd_ts"])
+def test_each_seeds_particles_learn_that_seeds_history(mushrooms, agent_name):
+  """Seed 0 is always paid +5 for eating, seed 1 -5: each seed's particles must come to predict
+  their own seed's reward for eating (and the seeds' particle sets not mix). Catches particles
+  of one seed drawing another seed's rows, or one kernel over both seeds' particles."""
+  config = BanditConfig(**dict(TINY, num_particles=4, update_steps=150, hidden_units=16,
+                               learning_rate=1e-2))
+  agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+  contexts = tf.constant(mushrooms.contexts[:2])
+  eat = tf.constant([[mushroom.EAT], [mushroom.EAT]], tf.int32)
+  for _ in range(10):
+    agent.observe(contexts, eat, tf.constant([[5.0], [-5.0]]))
+  assert agent.history.count.numpy() == 10 and agent.history.inputs.shape[0] == 2
+  means = agent.model.action_means(tf.repeat(contexts, 4, axis=0)[:, tf.newaxis])[:, 0]
+  eating = means.numpy()[:, mushroom.EAT].reshape(2, 4)
+  np.testing.assert_allclose(eating[0], 5.0, atol=1.0)
+  np.testing.assert_allclose(eating[1], -5.0, atol=1.0)
+  chosen = agent.choose(contexts, tf.constant(10, tf.int64)).numpy()
+  np.testing.assert_array_equal(chosen[:, 0], [mushroom.EAT, 1 - mushroom.EAT])
+
+
+@needs_mushrooms
 def test_epsilon_one_explores_uniformly_and_zero_never(mushrooms):
   config = BanditConfig(**dict(TINY, seeds=tuple(range(40))))
   agent = make_agent("eps_greedy", config, mushroom.NUM_FEATURES)
@@ -195,7 +217,7 @@ class _Killed(Exception):
 
 
 @needs_mushrooms
-@pytest.mark.parametrize("agent_name", ["refined_ts", "eps_greedy"])
+@pytest.mark.parametrize("agent_name", ["refined_ts", "eps_greedy", "fsvgd_ts"])
 def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name):
   """Catches a checkpoint that misses part of the state (history, optimiser moments, the noise
   and batch counters, the record): the resumed run would diverge from the uninterrupted one."""
@@ -235,6 +257,7 @@ def _run(*flags):
     (["--epsilons=0.1,1.5"], 2, "epsilons=1.5 is out of range"),
     (["--horizon=0"], 2, "horizon=0 is out of range"),
     (["--update_steps=0"], 2, "update_steps=0 is out of range"),
+    (["--num_particles=1"], 2, "num_particles=1 is out of range; allowed: >= 2"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
   completed = _run(f"--output_dir={tmp_path}", *flags)

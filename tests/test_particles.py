@@ -8,10 +8,11 @@ import scipy.stats
 import tensorflow as tf
 
 from baselines.deep_ensemble import MemberDense
-from baselines.particles import (FunctionSpaceSettings, gaussian_from_draws, gaussian_log_density,
-                                 log_noise_prior, log_weight_prior, median_bandwidth,
-                                 prior_function_draws, regression_particles, svgd_direction,
-                                 train_particles)
+from baselines.gaussian_head import HomoscedasticNoise
+from baselines.particles import (FunctionSpaceSettings, ParticleNetwork, gaussian_from_draws,
+                                 gaussian_log_density, log_noise_prior, log_weight_prior,
+                                 median_bandwidth, prior_function_draws, regression_particles,
+                                 svgd_direction, train_particles)
 
 
 def _reference_direction(x, scores):
@@ -35,6 +36,16 @@ def test_svgd_direction_is_eq_8_particle_by_particle():
   scores = rng.normal(size=(7, 3))
   direction = svgd_direction(tf.constant(x), tf.constant(scores)).numpy()
   np.testing.assert_allclose(direction, _reference_direction(x, scores), rtol=1e-10)
+
+
+def test_svgd_direction_of_several_sets_is_each_sets_own():
+  """Catches a kernel or bandwidth shared across the sets of a leading axis (a bandit's seeds)."""
+  rng = np.random.default_rng(1)
+  x, scores = rng.normal(size=(3, 5, 2)) * [[[1.0]], [[10.0]], [[0.1]]], rng.normal(size=(3, 5, 2))
+  together = svgd_direction(tf.constant(x), tf.constant(scores)).numpy()
+  for index in range(3):
+    np.testing.assert_allclose(together[index], _reference_direction(x[index], scores[index]),
+                               rtol=1e-10)
 
 
 def test_bandwidth_is_floored_when_the_particles_coincide():
@@ -86,11 +97,12 @@ def test_prior_draws_of_a_linear_network_have_its_exact_covariance():
   Gaussian's precision inverts it. Catches draws scaled by fan_in or a shared bias."""
   layer = MemberDense(1, 1, seed=0)
   layer(tf.zeros([1, 2]))
+  network = ParticleNetwork([layer], HomoscedasticNoise(num_members=1))
   points = tf.constant([[1.0, 0.0], [0.5, 2.0], [-1.0, 1.0]])
   draws_count = 200_000
-  normals = [tf.random.stateless_normal([draws_count, 2, 1], [1, 2]),
-             tf.random.stateless_normal([draws_count, 1], [3, 4])]
-  draws = prior_function_draws([layer], points, normals)
+  normals = [tf.random.stateless_normal([1, draws_count, 2, 1], [1, 2]),
+             tf.random.stateless_normal([1, draws_count, 1], [3, 4])]
+  draws = prior_function_draws(network, points[tf.newaxis], normals)[0]
   exact = points.numpy() @ points.numpy().T + 1.0
   np.testing.assert_allclose(np.cov(draws.numpy().T), exact, atol=0.05)
   mean, precision = gaussian_from_draws(draws)
