@@ -84,11 +84,12 @@ def _data_section(csv_names: list[str], latex_names: list[str], results_dir: str
 
 
 # The related methods' comparison tables (results/related/, written by <benchmark>.related_table).
-RELATED_TABLES = ("uci_table.md",)
+RELATED_TABLES = ("uci_table.md", "fpovi_table8.md", os.path.join("misso", "figure1.md"))
 
 
 def _related_section(results_dir: str) -> str:
-  """The related methods' tables (VOGN, ...), their headings demoted under one section."""
+  """The related methods' tables (VOGN, SVGD, MISSO, ...), their headings demoted under one
+  section."""
   lines = ["## Beyond the paper: related methods on the same benchmarks", ""]
   found = False
   for name in RELATED_TABLES:
