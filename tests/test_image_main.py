@@ -245,17 +245,19 @@ def test_refinement_without_optimisation_steps(tmp_path):
 
 def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path):
   """--vi_optimizer and --vi_weight_noise reach VI (MISSO's blocks cover the 1,024 digits in 16
-  steps, then it moves), and image.misso_figure reads each run's ELBO summaries."""
+  steps, then it moves), and image.misso_figure reads each run's ELBO summaries (logged at every
+  checkpoint: steps 50 and 100)."""
   from image import misso_figure
   for name, flags in (("misso", dict(vi_optimizer="misso", learning_rate=0.01)),
                       ("bbb", dict(vi_weight_noise="per_batch"))):
-    config = ImageConfig(**{**TINY, "method": "vi", **flags})
+    config = ImageConfig(**{**TINY, "method": "vi", "vi_steps": 100, "steps_per_checkpoint": 50,
+                            **flags})
     metrics = image_main.train_and_evaluate(config, str(tmp_path / "runs" / name))
-    assert metrics["test_accuracy"] > 0.3, name
+    assert metrics["test_accuracy"] > 0.2, name   # chance: 0.1 (s.e. 0.017 on 300 digits)
   text = misso_figure.write_figure(str(tmp_path / "runs"), str(tmp_path))
   curves = pd.read_csv(tmp_path / "figure1.csv")
   assert set(curves.optimiser) == {"MISSO, lr 0.01",
                                    "Bayes by backprop (Adam, one weight draw per step), lr 0.001"}
-  assert list(curves[curves.run == "misso"].epoch) == [100 * 64 / 1024, 150 * 64 / 1024]
+  assert list(curves[curves.run == "misso"].epoch) == [50 * 64 / 1024, 100 * 64 / 1024]
   assert (curves.negated_elbo_per_example > 0).all()
   assert (tmp_path / "figure1.png").stat().st_size > 10_000 and "MISSO" in text
