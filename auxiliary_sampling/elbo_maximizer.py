@@ -66,6 +66,8 @@ class ElboMaximizer(tf.Module):
   integer variable, says how many leading rows (of each group) are the data
   now, N in the objective; inputs and labels given as variables are read at
   every step, so rows written later are seen.
+  `optimizer_factory(variables)` builds the optimiser (default Adam): an object with
+  `apply(gradients, learning_rate)` and `reset()`.
   `input_transform(inputs, seed)` (data augmentation) alters each gathered
   batch, its randomness from a stateless `seed` that the batch counter fixes.
 
@@ -82,7 +84,8 @@ class ElboMaximizer(tf.Module):
                member_batches: Optional[int] = None, weight_noise: str = "per_example",
                input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
                grouped_data: bool = False, num_examples: Optional[tf.Variable] = None,
-               loop_settings: Optional[LoopSettings] = None):
+               loop_settings: Optional[LoopSettings] = None,
+               optimizer_factory: Optional[Callable[[list[tf.Variable]], tf.Module]] = None):
     super().__init__(name="elbo_maximizer")
     self.weight_noise = check_weight_noise(weight_noise)
     batch_size = check_integer("batch_size", batch_size)
@@ -108,7 +111,7 @@ class ElboMaximizer(tf.Module):
                        f"replicas; allowed: a multiple of {num_replicas}")
     self.batch_size = batch_size
     self.input_transform = input_transform
-    self.optimizer = Adam(self.variables_to_train)
+    self.optimizer = (optimizer_factory or Adam)(self.variables_to_train)
     self.batch_counter = tf.Variable(0, dtype=tf.int64, trainable=False)
     # The minibatch and input-transform streams' seeds: variables, so that `reseed` keeps the
     # compiled loops.

@@ -146,16 +146,24 @@ class HeteroscedasticGaussianHead(tf_keras.layers.Layer):
     return tf.concat([raw[..., 0:1], tf.sqrt(variance)], axis=-1)
 
 
-def regression_ensemble(num_members: int = 10, hidden_units: int = 50, num_hidden_layers: int = 1,
-                        seed: int = 0) -> tf_keras.Model:
-  """The paper's UCI network as an ensemble: ReLU hidden layers, heteroscedastic Gaussian output."""
+def member_regression_layers(num_members: int, hidden_units: int, num_hidden_layers: int,
+                             num_outputs: int, seed: int) -> list[MemberDense]:
+  """The UCI network's dense layers on a member axis: ReLU hidden layers (He-normal), then a
+  Glorot-uniform output layer, each layer's initial values from its own seed."""
   layers = [
       MemberDense(hidden_units, num_members, activation="relu", seed=derived_seed(seed, layer))
       for layer in range(num_hidden_layers)
   ]
-  layers += [MemberDense(2, num_members, kernel_initializer="glorot_uniform",
-                         seed=derived_seed(seed, num_hidden_layers)), HeteroscedasticGaussianHead()]
-  return tf_keras.Sequential(layers)
+  return layers + [MemberDense(num_outputs, num_members, kernel_initializer="glorot_uniform",
+                               seed=derived_seed(seed, num_hidden_layers))]
+
+
+def regression_ensemble(num_members: int = 10, hidden_units: int = 50, num_hidden_layers: int = 1,
+                        seed: int = 0) -> tf_keras.Model:
+  """The paper's UCI network as an ensemble: ReLU hidden layers, heteroscedastic Gaussian output."""
+  return tf_keras.Sequential(
+      member_regression_layers(num_members, hidden_units, num_hidden_layers, 2, seed)
+      + [HeteroscedasticGaussianHead()])
 
 
 class AdversarialMaximizer(ElboMaximizer):

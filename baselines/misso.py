@@ -92,18 +92,20 @@ class MissoMaximizer(ElboMaximizer):
                batch_size: int, data_seed: int = 0, **kwargs):
     if kwargs.get("member_batches") is not None or kwargs.get("grouped_data"):
       raise ValueError("MISSO's blocks are of one fixed training set shared by all members")
+    num_examples = int(np.shape(inputs)[0])
+    self.num_blocks = math.ceil(num_examples / batch_size)
+
+    def surrogates(variables_to_train):
+      return IncrementalSurrogateOptimizer(variables_to_train, self.num_blocks)
     super().__init__(model, inputs, labels, log_likelihood_fn, variables, batch_size=batch_size,
-                     data_seed=data_seed, **kwargs)
+                     data_seed=data_seed, optimizer_factory=surrogates, **kwargs)
     if self.strategy.num_replicas_in_sync > 1:
       raise ValueError(f"MISSO keeps its surrogates on one device, but the strategy has "
                        f"{self.strategy.num_replicas_in_sync} replicas; allowed: one replica")
-    num_examples = int(self.num_examples)
-    self.num_blocks = math.ceil(num_examples / batch_size)
     order = np.random.default_rng(data_seed).permutation(num_examples)
     positions = np.arange(self.num_blocks * batch_size) % num_examples
     self.blocks = tf.constant(order[positions].reshape(self.num_blocks, batch_size), tf.int64)
     self.block_starts = tf.constant(np.argsort(order) // batch_size, tf.int64)
-    self.optimizer = IncrementalSurrogateOptimizer(self.variables_to_train, self.num_blocks)
 
   def _example_indices(self, seed, first_count, num_steps):
     """Block (count - 1) during the initialisation pass, then uniformly drawn blocks."""

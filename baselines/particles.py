@@ -35,7 +35,7 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from auxiliary_sampling.training_data import check_data
-from baselines.deep_ensemble import MemberDense
+from baselines.deep_ensemble import MemberDense, member_regression_layers
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 from baselines.learning_rate import LearningRateSchedule
 from baselines.training import CheckpointedTraining, TrainingResult
@@ -186,12 +186,9 @@ def gaussian_log_density(values: tf.Tensor, mean: tf.Tensor, precision: tf.Tenso
 def regression_particles(num_particles: int, hidden_units: int, num_hidden_layers: int = 1,
                          initial_noise_scale: float = 1.0, seed: int = 0) -> tf_keras.Sequential:
   """n particles of the UCI network: ReLU hidden layers, one output, a noise scale each."""
-  layers = [MemberDense(hidden_units, num_particles, activation="relu",
-                        seed=derived_seed(seed, layer)) for layer in range(num_hidden_layers)]
-  layers += [MemberDense(1, num_particles, kernel_initializer="glorot_uniform",
-                         seed=derived_seed(seed, num_hidden_layers)),
-             HomoscedasticNoise(num_members=num_particles, initial_scale=initial_noise_scale)]
-  return tf_keras.Sequential(layers)
+  return tf_keras.Sequential(
+      member_regression_layers(num_particles, hidden_units, num_hidden_layers, 1, seed)
+      + [HomoscedasticNoise(num_members=num_particles, initial_scale=initial_noise_scale)])
 
 
 class ParticleMaximizer(ElboMaximizer):

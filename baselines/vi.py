@@ -53,13 +53,18 @@ class MeanFieldTrainer(CheckpointedTraining):
         return model_kl(model) + num_examples * penalty(model)
     if optimizer not in VI_OPTIMIZERS:
       raise ValueError(f"optimizer={optimizer!r} is not known; allowed: {', '.join(VI_OPTIMIZERS)}")
-    maximizer_class = MissoMaximizer if optimizer == "misso" else ElboMaximizer
-    maximizer = maximizer_class(model, inputs, labels, log_likelihood_fn,
-                                model.trainable_variables, batch_size=batch_size, data_seed=seed,
-                                kl_fn=kl_fn, input_transform=input_transform,
-                                weight_noise=weight_noise)
-    if optimizer == "momentum":
-      maximizer.optimizer = MomentumSgd(maximizer.variables_to_train, momentum)
+    common = dict(batch_size=batch_size, data_seed=seed, kl_fn=kl_fn,
+                  input_transform=input_transform, weight_noise=weight_noise)
+    if optimizer == "misso":
+      maximizer = MissoMaximizer(model, inputs, labels, log_likelihood_fn,
+                                 model.trainable_variables, **common)
+    else:
+      factory = None
+      if optimizer == "momentum":
+        def factory(variables):
+          return MomentumSgd(variables, momentum)
+      maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn,
+                                model.trainable_variables, optimizer_factory=factory, **common)
     super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 
