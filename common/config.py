@@ -23,6 +23,10 @@ from typing import Any, Mapping, Optional, Sequence
 ALL, RESULTS, NOTHING = "all", "results", "nothing"
 
 
+# `setting(absent_means=...)` left out: a record without the setting was made with the default.
+_DEFAULT = object()
+
+
 class UsageError(ValueError):
   """A setting that is not allowed: one line naming the value and what is allowed (exit 2)."""
 
@@ -30,17 +34,20 @@ class UsageError(ValueError):
 def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # noqa: A002
             minimum: Optional[float] = None, maximum: Optional[float] = None,
             above: Optional[float] = None, below: Optional[float] = None,
-            shapes: Any = ALL, directory: bool = False) -> Any:
+            shapes: Any = ALL, directory: bool = False, absent_means: Any = _DEFAULT) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
   `choices` lists the allowed values (for a tuple field: of each element);
   `shapes` says which trained state the value shapes (see ALL, RESULTS,
-  NOTHING); `directory=True`: a value that is set must name an existing folder.
+  NOTHING); `directory=True`: a value that is set must name an existing folder;
+  `absent_means`: the value runs recorded before the setting existed were made
+  with (by default the default; give it when a default changes, so that such a
+  run is not taken for one made with the new default).
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
-              "shapes": shapes, "directory": directory}
+              "shapes": shapes, "directory": directory, "absent_means": absent_means}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
@@ -149,13 +156,13 @@ class Config:
   def differences(self, recorded: Mapping[str, Any], trainer: Optional[str] = None) -> list[str]:
     """Names of the settings in `identity(trainer)` whose recorded value differs.
 
-    A setting absent from the record counts as its declared default (runs made
-    before the setting existed behaved as the default does).
+    A setting absent from the record counts as what runs made before it existed
+    did (`absent_values`).
     """
-    defaults = {field.name: field.default for field in dataclasses.fields(self)}
+    absent = absent_values(self)
     differing = []
     for name, value in self.identity(trainer).items():
-      before = recorded.get(name, defaults[name])
+      before = recorded.get(name, absent[name])
       if isinstance(before, tuple):
         before = list(before)
       if before != value:
@@ -165,10 +172,19 @@ class Config:
 
 def describe_differences(config: Config, recorded: Mapping[str, Any], names: Sequence[str]) -> str:
   """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line."""
-  defaults = {field.name: field.default for field in dataclasses.fields(config)}
+  absent = absent_values(config)
   return ", ".join(
-      f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, defaults[name])})"
+      f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, absent[name])})"
       for name in names)
+
+
+def absent_values(config: Config) -> dict[str, Any]:
+  """Per setting, the value of a run whose record lacks it: `absent_means`, else the default."""
+  values = {}
+  for field in dataclasses.fields(config):
+    absent = field.metadata.get("absent_means", _DEFAULT)
+    values[field.name] = field.default if absent is _DEFAULT else absent
+  return values
 
 
 def with_default(config_class: type, name: str, default: Any) -> Any:

@@ -55,12 +55,15 @@ class DeviceConfig(Config):
 
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
-      "one device). The UCI network's VI step runs 2.2x faster (benchmarks.step_floor), but "
-      "every maximiser pays a few seconds of compilation.", shapes=NOTHING)
+      "one device). The UCI network's VI step runs 3-5x faster (benchmarks.step_floor), but "
+      "every maximiser pays a second or two of compilation (--xla_cache_dir saves it on reruns).",
+      shapes=NOTHING)
   noise_chunk_steps: int = setting(
       0, "Draw the batch indices and weight noise of this many steps at once, ahead of them (0: "
-      "each step draws its own inside it, the numbers of every committed run). Changes which "
-      "numbers a run sees, not their distribution.", minimum=0, maximum=10_000, shapes=ALL)
+      "each step draws its own inside it). Changes which numbers a run sees, not their "
+      "distribution.", minimum=0, maximum=10_000, shapes=ALL,
+      # Runs recorded before this setting existed drew inside each step.
+      absent_means=0)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "
@@ -70,10 +73,11 @@ class DeviceConfig(Config):
     super().check()
     if self.jit_compile and not self.noise_chunk_steps:
       raise UsageError("--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
-                       "--noise_chunk_steps > 0 (e.g. 100) with it")
+                       "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
     if self.jit_compile and (self.use_gpu or self.tpu) and self.num_cores > 1:
       raise UsageError(f"--jit_compile compiles one device's loop, not {self.num_cores} replicas'; "
-                       "allowed: --num_cores=1 with it (TPUStrategy compiles its steps itself)")
+                       "allowed: --num_cores=1 with it, or --nojit_compile (TPUStrategy compiles "
+                       "its steps itself)")
     if self.xla_cache_dir is not None and not self.jit_compile:
       raise UsageError(f"--xla_cache_dir={self.xla_cache_dir} keeps XLA's compiled chunks, but "
                        "nothing is compiled without --jit_compile; allowed: it with --jit_compile")

@@ -11,7 +11,8 @@ import pytest
 
 from baselines.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
 from common import cli
-from common.config import NOTHING, RESULTS, Config, UsageError, setting, with_default
+from common.config import (NOTHING, RESULTS, Config, UsageError, describe_differences, setting,
+                           with_default)
 from image.config import ImageConfig
 from toy.multimodal import ToyConfig
 from uci.config import UciConfig
@@ -75,6 +76,26 @@ def test_identity_selects_what_shapes_each_checkpoint_and_the_results():
   assert config.differences(recorded) == ["report"]
   assert config.differences(recorded, "trainer") == []
   assert config.differences({"count": 1}) == []          # absent settings count as their defaults
+
+
+@dataclasses.dataclass
+class Versioned(Config):
+  chunk: int = setting(0, "Declared when runs lacked it.", minimum=0, absent_means=0)
+
+
+@dataclasses.dataclass
+class NewDefault(Versioned):
+  chunk: int = with_default(Versioned, "chunk", 100)
+
+
+def test_a_record_without_a_setting_whose_default_changed_is_not_taken_for_the_new_default():
+  """The bug: UCI's --noise_chunk_steps default went from 0 to 100, and a results.json made before
+  the flag existed (no such key) counted as made with 100, so a rerun silently kept numbers
+  drawn inside each step. A record lacking it means what runs did then."""
+  assert NewDefault().differences({}) == ["chunk"]
+  assert NewDefault().differences({"chunk": 100}) == []
+  assert NewDefault(chunk=0).differences({}) == []
+  assert "--chunk=100 (recorded: 0)" in describe_differences(NewDefault(), {}, ["chunk"])
 
 
 def test_shipped_configs_are_valid_and_fully_documented():

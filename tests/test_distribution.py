@@ -231,16 +231,17 @@ def _uci(*flags, cpu_devices=2):
                         text=True, timeout=300, env=_environment(cpu_devices))
 
 
-@pytest.mark.parametrize("method,loop", [("refined_vi", []), ("refined_vogn", []),
-                                         ("refined_vi", ["--noise_chunk_steps=40"])])
+@pytest.mark.parametrize("method,loop", [
+    ("refined_vi", []), ("refined_vogn", []), ("refined_vi", ["--noise_chunk_steps=40"]),
+    ("refined_vi", ["--nojit_compile", "--noise_chunk_steps=0"])])
 def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, method, loop):
   """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device.
   For VOGN this catches per-replica curvature means not all-reduced, and its updates written
   with `assign` in replica context (MirroredStrategy refuses them). With noise drawn ahead (one
-  device: XLA-compilable chunks; two: a strategy.run per step) it catches replicas that cut the
-  chunk's draws to the wrong rows."""
+  device: the default XLA-compiled chunks; two: a strategy.run per step, not compiled) it catches
+  replicas that cut the chunk's draws to the wrong rows; the last case draws inside each step."""
   runs = {}
-  for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2"])):
+  for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2", "--nojit_compile"])):
     completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *flags,
                      *loop)
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -294,9 +295,12 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
     (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),
     (["--use_gpu"], 0, "--use_gpu but TensorFlow sees no GPU"),
-    (["--use_gpu", "--num_cores=3"], 2, "--num_cores=3 but the strategy found 2 replicas"),
-    (["--use_gpu", "--num_cores=2", "--batch_size=63"], 2,
+    (["--use_gpu", "--num_cores=3", "--nojit_compile"], 2,
+     "--num_cores=3 but the strategy found 2 replicas"),
+    (["--use_gpu", "--num_cores=2", "--nojit_compile", "--batch_size=63"], 2,
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
+    # UCI compiles its loop by default: several replicas need it off, and the line says so.
+    (["--use_gpu", "--num_cores=2"], 2, "allowed: --num_cores=1 with it, or --nojit_compile"),
     (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
 ])
 def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):

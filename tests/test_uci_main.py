@@ -122,6 +122,15 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
   ]
   same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
   assert same.returncode == 0 and "already holds this run" in same.stdout
+  # A run recorded before --noise_chunk_steps existed drew its noise inside each step: not today's
+  # default (100) for UCI.
+  path = tmp_path / "s0" / "results.json"
+  record = json.loads(path.read_text())
+  del record["flags"]["noise_chunk_steps"]
+  path.write_text(json.dumps(record))
+  older = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
+  assert older.returncode == 2
+  assert "--noise_chunk_steps=100 (recorded: 0)" in older.stderr.strip().splitlines()[-1]
 
 
 def test_output_dir_problems_are_one_line_before_any_work(tmp_path):
@@ -214,8 +223,10 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
     (["--intra_op_threads=-1"], 2, "intra_op_threads=-1 is out of range; allowed: >= 0"),
     (["--noise_chunk_steps=-1"], 2, "noise_chunk_steps=-1 is out of range; allowed: >= 0"),
     (["--noise_chunk_steps=10001"], 2, "noise_chunk_steps=10001 is out of range"),
-    (["--jit_compile"], 2, "--jit_compile needs the noise drawn ahead of the compiled steps"),
-    (["--xla_cache_dir=xla"], 2, "nothing is compiled without --jit_compile"),
+    (["--noise_chunk_steps=0"], 2,
+     "--jit_compile needs the noise drawn ahead of the compiled steps; allowed: --noise_chunk_steps "
+     "> 0 (e.g. 100) with it, or --nojit_compile"),
+    (["--nojit_compile", "--xla_cache_dir=xla"], 2, "nothing is compiled without --jit_compile"),
     (["--vogn_tempering=0"], 2, "vogn_tempering=0.0 is out of range; allowed: > 0 and <= 10"),
     (["--vogn_damping=-1"], 2, "vogn_damping=-1.0 is out of range; allowed: >= 0"),
     (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),
