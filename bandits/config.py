@@ -6,7 +6,8 @@ import os
 from typing import Optional
 
 from common.config import (NOTHING, Config, UsageError, data_dir_setting, download_setting,
-                           setting)
+                           setting, with_default)
+from common.distribution import DeviceConfig, check_compiled_loop
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
 # The agents run when --agents is not given (the paper's Figure 5).
@@ -70,8 +71,13 @@ class BanditConfig(Config):
       shapes=NOTHING)
   data_dir: str = data_dir_setting("mushroom/agaricus-lepiota.data", "$REFINED_VI_DATA_DIR")
   download: bool = download_setting()
+  # Each bandit step runs 500-step loops of a small network: with --jit_compile
+  # --noise_chunk_steps=100 an update step took ~2/3 of the time (one measurement, a busy core).
+  jit_compile: bool = with_default(DeviceConfig, "jit_compile", False)
+  noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 0)
 
   def check(self) -> None:
+    check_compiled_loop(self)
     for name in ("agents", "seeds", "epsilons"):
       values = getattr(self, name)
       if len(set(values)) != len(values):

@@ -21,10 +21,12 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from auxiliary_sampling.loop_settings import loop_settings_scope
 from bandits import mushroom
 from bandits.agents import make_agent
 from bandits.config import AGENTS, BanditConfig
 from common import cli
+from common.distribution import loop_settings_of
 from common.results import write_results
 
 flags.DEFINE_string("output_dir", None, "Where results.json goes.")
@@ -47,7 +49,9 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
             history: int, horizon: int) -> dict:
   rng = np.random.default_rng(0)
   num_seeds = len(config.seeds)
-  agents = {name: make_agent(name, config, mushroom.NUM_FEATURES) for name in AGENTS}
+  # Built as the binary builds them: under the config's loop settings (compiled chunks).
+  with loop_settings_scope(loop_settings_of(config)):
+    agents = {name: make_agent(name, config, mushroom.NUM_FEATURES) for name in AGENTS}
 
   def contexts_and_rewards():
     rows = rng.integers(0, len(mushrooms.edible), num_seeds)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import glob
 import json
 import logging
@@ -27,10 +28,11 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
-from common.distribution import (DeviceConfig, describe_strategy, set_thread_count,
-                                 split_cpu_for_tests, strategy_for, use_xla_cache)
+from common.distribution import (DeviceConfig, describe_strategy, loop_settings_of,
+                                 set_thread_count, split_cpu_for_tests, strategy_for,
+                                 use_xla_cache)
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -244,10 +246,22 @@ def _strategy_scope(config: Config) -> Iterator[None]:
   description = describe_strategy(strategy)
   absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
                     description["strategy"], ", ".join(description["devices"]))
-  settings = LoopSettings(jit_compile=config.jit_compile,
-                          noise_chunk_steps=config.noise_chunk_steps)
-  with strategy.scope(), loop_settings_scope(settings):
+  with strategy.scope():
     yield
+
+
+def runs_under_its_loop_settings(train_and_evaluate: Callable[..., dict]) -> Callable[..., dict]:
+  """A binary's `train_and_evaluate(config, ...)` that runs under the config's loop settings
+  (--jit_compile, --noise_chunk_steps), whether `main` or a script calls it, so that the
+  settings its results.json records are the ones its loops ran with."""
+  @functools.wraps(train_and_evaluate)
+  def under_settings(config: Config, *args, **kwargs) -> dict:
+    settings = loop_settings_of(config)
+    if settings is None:
+      return train_and_evaluate(config, *args, **kwargs)
+    with loop_settings_scope(settings):
+      return train_and_evaluate(config, *args, **kwargs)
+  return under_settings
 
 
 def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],

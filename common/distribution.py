@@ -27,6 +27,7 @@ import os
 import sys
 from typing import Any, ClassVar, Optional
 
+from auxiliary_sampling.loop_settings import LoopSettings
 from common.config import ALL, NOTHING, Config, UsageError, setting
 
 TEST_CPU_DEVICES_VARIABLE = "REFINED_VI_TEST_CPU_DEVICES"
@@ -56,7 +57,7 @@ class DeviceConfig(Config):
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
       "one device). The UCI network's VI step runs 3-5x faster (benchmarks.step_floor), but "
-      "every maximiser pays a second or two of compilation (--xla_cache_dir saves it on reruns).",
+      "every maximiser pays a second or two of compilation.",
       shapes=NOTHING)
   noise_chunk_steps: int = setting(
       0, "Draw the batch indices and weight noise of this many steps at once, ahead of them (0: "
@@ -71,9 +72,7 @@ class DeviceConfig(Config):
 
   def check(self) -> None:
     super().check()
-    if self.jit_compile and not self.noise_chunk_steps:
-      raise UsageError("--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
-                       "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
+    check_compiled_loop(self)
     if self.jit_compile and (self.use_gpu or self.tpu) and self.num_cores > 1:
       raise UsageError(f"--jit_compile compiles one device's loop, not {self.num_cores} replicas'; "
                        "allowed: --num_cores=1 with it, or --nojit_compile (TPUStrategy compiles "
@@ -127,6 +126,21 @@ def split_cpu_for_tests() -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+
+
+def check_compiled_loop(config: Config) -> None:
+  """A config's --jit_compile needs its --noise_chunk_steps > 0 (UsageError otherwise)."""
+  if config.jit_compile and not config.noise_chunk_steps:
+    raise UsageError("--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
+                     "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
+
+
+def loop_settings_of(config: Config) -> Optional[LoopSettings]:
+  """The training-loop settings of a config that declares --jit_compile and --noise_chunk_steps
+  (None for one that does not)."""
+  if not hasattr(config, "noise_chunk_steps"):
+    return None
+  return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps)
 
 
 def use_xla_cache(directory: str) -> None:

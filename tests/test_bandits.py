@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
 from bandits import main as bandit_main
@@ -26,7 +27,7 @@ needs_mushrooms = pytest.mark.skipif(
     reason="the offline mushroom file is not here")
 TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
             epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
-            data_dir=DATA, download=False)
+            data_dir=DATA, download=False, jit_compile=False)
 
 
 @pytest.fixture(scope="module")
@@ -217,11 +218,20 @@ class _Killed(Exception):
 
 
 @needs_mushrooms
-@pytest.mark.parametrize("agent_name", ["refined_ts", "eps_greedy", "fsvgd_ts"])
-def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name):
+@pytest.mark.parametrize("agent_name,loop", [
+    ("refined_ts", LoopSettings()), ("refined_ts", LoopSettings(True, 100)),
+    ("eps_greedy", LoopSettings()), ("fsvgd_ts", LoopSettings())])
+def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
   """Catches a checkpoint that misses part of the state (history, optimiser moments, the noise
-  and batch counters, the record): the resumed run would diverge from the uninterrupted one."""
-  config = BanditConfig(**TINY)
+  and batch counters, the record): the resumed run would diverge from the uninterrupted one.
+  Also with the binary's default loop (noise drawn ahead in chunks, compiled by XLA)."""
+  config = BanditConfig(**{**TINY, "jit_compile": loop.jit_compile,
+                           "noise_chunk_steps": loop.noise_chunk_steps})
+  with loop_settings_scope(loop):
+    _kill_and_resume(tmp_path, mushrooms, agent_name, config)
+
+
+def _kill_and_resume(tmp_path, mushrooms, agent_name, config):
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), config.horizon, 8124)
   uninterrupted = make_agent(agent_name, config, mushroom.NUM_FEATURES)
   whole = interact(uninterrupted, mushrooms, stream, config, str(tmp_path / "whole"))
