@@ -56,6 +56,24 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     assert metrics["vogn_resumed_from_step"] == 0
 
 
+def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path):
+  """The bug: called from a script (not through the binary's main), train_and_evaluate ignored
+  --noise_chunk_steps and drew inside each step, while its results.json recorded the chunks.
+  Runs with and without chunks must see other draws, and the chunked one must equal the binary's
+  run with the same flags."""
+  tiny = {**TINY, "vi_steps": 100}
+  inside = uci_main.train_and_evaluate(UciConfig(method="vi", **tiny), str(tmp_path / "inside"))
+  chunked = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=50, **tiny),
+                                        str(tmp_path / "chunked"))
+  assert chunked["elbo"] != inside["elbo"]
+  flags = [f"--{name}={value}" for name, value in tiny.items()]
+  completed = _run(f"--output_dir={tmp_path / 'binary'}", "--method=vi", "--noise_chunk_steps=50",
+                   *flags)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  binary = json.loads((tmp_path / "binary" / "results.json").read_text())["metrics"]
+  assert binary["elbo"] == pytest.approx(chunked["elbo"], rel=1e-6)
+
+
 def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
   shared = str(tmp_path / "vi_checkpoint")
   first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
