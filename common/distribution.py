@@ -57,7 +57,7 @@ class DeviceConfig(Config):
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
       "one device). The UCI network's VI step runs 3-5x faster (benchmarks.step_floor), but "
-      "every maximiser pays a second or two of compilation.",
+      "every maximiser first compiles for ~2 s (its warm-up there).",
       shapes=NOTHING)
   noise_chunk_steps: int = setting(
       0, "Draw the batch indices and weight noise of this many steps at once, ahead of them (0: "

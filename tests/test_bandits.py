@@ -268,6 +268,7 @@ def _run(*flags):
     (["--horizon=0"], 2, "horizon=0 is out of range"),
     (["--update_steps=0"], 2, "update_steps=0 is out of range"),
     (["--num_particles=1"], 2, "num_particles=1 is out of range; allowed: >= 2"),
+    (["--jit_compile"], 2, "--jit_compile needs the noise drawn ahead of the compiled steps"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
   completed = _run(f"--output_dir={tmp_path}", *flags)
