@@ -2,15 +2,18 @@
 
 Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
 in interleaved rounds (median reported):
-  default       the binary's defaults (one intra-op thread for this network);
-  two_threads   --intra_op_threads=2;
-  xla           --jit_compile --noise_chunk_steps=100 (every maximiser compiles its chunk);
+  default       the binary's defaults: one intra-op thread for this network, each maximiser's
+                chunk of 100 steps compiled by XLA (--jit_compile --noise_chunk_steps=100);
+  two_threads   the same with --intra_op_threads=2;
   xla_cached    the same with --xla_cache_dir, its cache filled by an untimed run first (a rerun,
-                another seed or method of the same shapes).
+                another seed or method of the same shapes);
+  uncompiled    --nojit_compile --noise_chunk_steps=0: each step draws its own noise, in graph
+                mode (the default before XLA's).
 The binary's own timings split the wall time: start-up is what passes before its clock starts
 (Python, TensorFlow's import and device set-up), then VI training, refinement (stage estimates
 included) and the rest (data, ELBO estimates, evaluation, writing). Every XLA variant sees the same
-numbers, so their test MLL agrees; the default's differs by the chunking of its random streams.
+numbers, so their test MLL agrees; the uncompiled one's differs by the chunking of its random
+streams.
 
   python -m benchmarks.uci_run_time --rounds=3 --output_dir=results/benchmarks/uci_run_time
 """
@@ -30,9 +33,8 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-XLA = ("--jit_compile", "--noise_chunk_steps=100")
-VARIANTS = {"default": (), "two_threads": ("--intra_op_threads=2",), "xla": XLA,
-            "xla_cached": XLA}
+VARIANTS = {"default": (), "two_threads": ("--intra_op_threads=2",), "xla_cached": (),
+            "uncompiled": ("--nojit_compile", "--noise_chunk_steps=0")}
 
 flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")
 flags.DEFINE_string("dataset", "boston_housing", "UCI dataset of the runs.")

@@ -233,17 +233,17 @@ def _uci(*flags, cpu_devices=2):
 
 @pytest.mark.parametrize("method,loop", [
     ("refined_vi", []), ("refined_vogn", []), ("refined_vi", ["--noise_chunk_steps=40"]),
-    ("refined_vi", ["--jit_compile", "--noise_chunk_steps=40"])])
+    ("refined_vi", ["--nojit_compile", "--noise_chunk_steps=0"])])
 def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, method, loop):
   """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device.
   For VOGN this catches per-replica curvature means not all-reduced, and its updates written
   with `assign` in replica context (MirroredStrategy refuses them). With noise drawn ahead (one
-  device: XLA-compilable chunks, compiled in the last case; two: a strategy.run per step, never
-  compiled) it catches replicas that cut the chunk's draws to the wrong rows."""
+  device: the default XLA-compiled chunks; two: a strategy.run per step, not compiled) it catches
+  replicas that cut the chunk's draws to the wrong rows; the last case draws inside each step."""
   runs = {}
   for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2", "--nojit_compile"])):
-    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *loop,
-                     *flags)
+    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *flags,
+                     *loop)
     assert completed.returncode == 0, completed.stderr[-2000:]
     runs[name] = json.loads((tmp_path / name / "results.json").read_text())
   assert runs["two"]["machine"]["replicas"] == 2
@@ -299,8 +299,8 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
      "--num_cores=3 but the strategy found 2 replicas"),
     (["--use_gpu", "--num_cores=2", "--nojit_compile", "--batch_size=63"], 2,
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
-    (["--use_gpu", "--num_cores=2", "--jit_compile", "--noise_chunk_steps=10"], 2,
-     "allowed: --num_cores=1 with it, or --nojit_compile"),
+    # UCI compiles its loop by default: several replicas need it off, and the line says so.
+    (["--use_gpu", "--num_cores=2"], 2, "allowed: --num_cores=1 with it, or --nojit_compile"),
     (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
 ])
 def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):

@@ -29,9 +29,11 @@ TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
-  """Through `train_and_evaluate` (as a script would call it) with the compiled loop: every
-  method's step body compiles with XLA (the proxy for TPU), and the run is the compiled one."""
-  config = UciConfig(method=method, jit_compile=True, noise_chunk_steps=100, **TINY)
+  """Through `train_and_evaluate` (as a script would call it) with the compiled loop, UCI's
+  default: every method's step body compiles with XLA (the proxy for TPU), and the run is the
+  compiled one."""
+  config = UciConfig(method=method, **TINY)
+  assert config.jit_compile and config.noise_chunk_steps == 100
   metrics = uci_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "uci" and results["dataset"] == "yacht_hydrodynamics"
@@ -142,6 +144,15 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
   ]
   same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
   assert same.returncode == 0 and "already holds this run" in same.stdout
+  # A run recorded before --noise_chunk_steps existed drew its noise inside each step: not today's
+  # default (100) for UCI.
+  path = tmp_path / "s0" / "results.json"
+  record = json.loads(path.read_text())
+  del record["flags"]["noise_chunk_steps"]
+  path.write_text(json.dumps(record))
+  older = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
+  assert older.returncode == 2
+  assert "--noise_chunk_steps=100 (recorded: 0)" in older.stderr.strip().splitlines()[-1]
 
 
 def test_output_dir_problems_are_one_line_before_any_work(tmp_path):
@@ -234,7 +245,7 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
     (["--intra_op_threads=-1"], 2, "intra_op_threads=-1 is out of range; allowed: >= 0"),
     (["--noise_chunk_steps=-1"], 2, "noise_chunk_steps=-1 is out of range; allowed: >= 0"),
     (["--noise_chunk_steps=10001"], 2, "noise_chunk_steps=10001 is out of range"),
-    (["--jit_compile"], 2,
+    (["--noise_chunk_steps=0"], 2,
      "--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
      "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile"),
     (["--nojit_compile", "--xla_cache_dir=xla"], 2, "nothing is compiled without --jit_compile"),
