@@ -2,9 +2,11 @@
 
 Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
 in interleaved rounds (median reported):
-  default       the binary's defaults: one intra-op thread for this network, each maximiser's
-                chunk of 100 steps compiled by XLA (--jit_compile --noise_chunk_steps=100);
-  two_threads   the same with --intra_op_threads=2;
+  default       the binary's defaults: TensorFlow's intra-op threads (every core), each
+                maximiser's chunk of 100 steps compiled by XLA (--jit_compile
+                --noise_chunk_steps=100);
+  one_thread    the same with --intra_op_threads=1 (what each of run_table.sh's parallel jobs
+                gets);
   xla_cached    the same with --xla_cache_dir, its cache filled by an untimed run first (a rerun,
                 another seed or method of the same shapes);
   uncompiled    --nojit_compile --noise_chunk_steps=0: each step draws its own noise, in graph
@@ -33,7 +35,7 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-VARIANTS = {"default": (), "two_threads": ("--intra_op_threads=2",), "xla_cached": (),
+VARIANTS = {"default": (), "one_thread": ("--intra_op_threads=1",), "xla_cached": (),
             "uncompiled": ("--nojit_compile", "--noise_chunk_steps=0")}
 
 flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")
