@@ -32,7 +32,8 @@ class UciConfig(MethodConfig):
   # ~1.2x faster (benchmarks.step_floor, benchmarks.uci_run_time). --nojit_compile
   # --noise_chunk_steps=0 gives the draws of runs made before this default. Compiled, it keeps
   # TensorFlow's threads: XLA compiles and the next chunk's noise is drawn on the other cores
-  # (a whole Boston run 13% faster on two threads than on one; uncompiled, one is faster).
+  # (a whole Boston run 14.4 s on two threads against 15.4 s on one, 5 paired rounds in
+  # results/benchmarks/uci_run_time/threads_check.md; uncompiled, one thread is faster).
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
 
