@@ -27,9 +27,15 @@ MAX_NOISE_CHUNK_STEPS = 10_000
 class LoopSettings:
   """`jit_compile`: compile each chunk of steps with XLA (needs `noise_chunk_steps` > 0 and one
   replica); `noise_chunk_steps`: steps whose noise is drawn together ahead of them (0: each step
-  draws its own, inside it)."""
+  draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's maximizers
+  compile too (each compiles once, for seconds on a CPU: more than a short refinement saves)."""
   jit_compile: bool = False
   noise_chunk_steps: int = 0
+  compile_refinement: bool = True
+
+  def for_refinement(self) -> "LoopSettings":
+    """The settings refinement's maximizer runs under: the same chunks, compiled or not."""
+    return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_refinement)
 
   def __post_init__(self):
     if not 0 <= self.noise_chunk_steps <= MAX_NOISE_CHUNK_STEPS:

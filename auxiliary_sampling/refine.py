@@ -27,6 +27,7 @@ from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import MeanFieldLayer
+from auxiliary_sampling.loop_settings import current_loop_settings
 from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
                                                   num_members_of)
 from auxiliary_sampling.noise import MemberNoise, derived_seed
@@ -196,7 +197,8 @@ class Refiner:
     self.maximizer = ElboMaximizer(
         self.members, self.inputs, self.labels, log_likelihood_fn,
         variables=refinement_variables(self.members, refit_deterministic), batch_size=batch_size,
-        weight_noise=weight_noise, kl_fn=kl_fn, input_transform=input_transform)
+        weight_noise=weight_noise, kl_fn=kl_fn, input_transform=input_transform,
+        loop_settings=current_loop_settings().for_refinement())
 
   @graph_function
   def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:

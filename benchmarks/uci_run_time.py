@@ -2,11 +2,12 @@
 
 Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
 in interleaved rounds (median reported):
-  default       the binary's defaults: TensorFlow's intra-op threads (every core), each
-                maximiser's chunk of 100 steps compiled by XLA (--jit_compile
-                --noise_chunk_steps=100);
+  default       the binary's defaults: TensorFlow's intra-op threads (every core), VI's chunks
+                of 100 steps compiled by XLA (--jit_compile --noise_chunk_steps=100),
+                refinement's drawn the same way but not compiled;
   one_thread    the same with --intra_op_threads=1 (what each of run_table.sh's parallel jobs
                 gets);
+  compiled_refinement  the same with refinement's chunks compiled (--jit_compile_refinement);
   xla_cached    the same with --xla_cache_dir, its cache filled by an untimed run first (a rerun,
                 another seed or method of the same shapes);
   uncompiled    --nojit_compile --noise_chunk_steps=0: each step draws its own noise, in graph
@@ -35,7 +36,8 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-VARIANTS = {"default": (), "one_thread": ("--intra_op_threads=1",), "xla_cached": (),
+VARIANTS = {"default": (), "one_thread": ("--intra_op_threads=1",),
+            "compiled_refinement": ("--jit_compile_refinement",), "xla_cached": (),
             "uncompiled": ("--nojit_compile", "--noise_chunk_steps=0")}
 
 flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")

@@ -7,9 +7,9 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
   --num_cores=N    how many GPUs or TPU cores the run expects: a run that finds
                    another number of replicas stops, instead of silently
                    training on other hardware than the script says.
-  --noise_chunk_steps, --jit_compile: how the training loop runs on its device
-                   (`auxiliary_sampling.loop_settings`); --xla_cache_dir keeps
-                   the compiled loops for later runs.
+  --noise_chunk_steps, --jit_compile, --jit_compile_refinement: how the training
+                   loops run on their device (`auxiliary_sampling.loop_settings`);
+                   --xla_cache_dir keeps the compiled loops for later runs.
 `--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
 
@@ -65,6 +65,9 @@ class DeviceConfig(Config):
       "distribution.", minimum=0, maximum=10_000, shapes=ALL,
       # Runs recorded before this setting existed drew inside each step.
       absent_means=0)
+  jit_compile_refinement: bool = setting(
+      True, "With --jit_compile: compile refinement's chunks too. Off for the UCI network, where "
+      "compiling a refinement (~2 s) costs more than its 1,000 steps save.", shapes=NOTHING)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "
@@ -140,7 +143,8 @@ def loop_settings_of(config: Config) -> Optional[LoopSettings]:
   (None for one that does not)."""
   if not hasattr(config, "noise_chunk_steps"):
     return None
-  return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps)
+  return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps,
+                      compile_refinement=getattr(config, "jit_compile_refinement", True))
 
 
 def use_xla_cache(directory: str) -> None:

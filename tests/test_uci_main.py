@@ -30,9 +30,9 @@ TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(tmp_path, method):
   """Through `train_and_evaluate` (as a script would call it) with the compiled loop, UCI's
-  default: every method's step body compiles with XLA (the proxy for TPU), and the run is the
-  compiled one."""
-  config = UciConfig(method=method, **TINY)
+  default, and refinement compiled too: every method's step body compiles with XLA (the proxy for
+  TPU), and the run is the compiled one."""
+  config = UciConfig(method=method, jit_compile_refinement=True, **TINY)
   assert config.jit_compile and config.noise_chunk_steps == 100
   metrics = uci_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
@@ -203,6 +203,29 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   assert results["machine"]["intra_op_threads"] == 2
 
 
+def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
+  """UCI compiles VI's chunks but not refinement's (`--nojit_compile_refinement`, its default):
+  XLA's persistent cache shows what was compiled, one computation fewer than with
+  `--jit_compile_refinement` (catches the refinement setting ignored, either way), and both runs
+  see the same numbers, so the metrics agree to XLA's round-off."""
+  flags = ["--method=refined_vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+           "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
+           "--steps_per_auxiliary=30", "--elbo_num_samples=1", "--noise_chunk_steps=50"]
+  runs = {}
+  for name, extra in (("default", []), ("compiled", ["--jit_compile_refinement"])):
+    completed = _run(*flags, *extra, f"--output_dir={tmp_path / name}",
+                     f"--xla_cache_dir={tmp_path / (name + '_cache')}")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    runs[name]["cached"] = len(os.listdir(tmp_path / (name + "_cache")))
+  assert runs["default"]["flags"]["jit_compile_refinement"] is False
+  assert runs["default"]["cached"] >= 1
+  assert runs["compiled"]["cached"] == runs["default"]["cached"] + 1
+  for metric in ("elbo", "elbo_aux", "test_mll", "test_rmse"):
+    assert runs["default"]["metrics"][metric] == pytest.approx(
+        runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
+
+
 def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(tmp_path):
   """--jit_compile with --noise_chunk_steps end to end; the chunk length decides which numbers the
   run sees, so a checkpoint made with another is refused (one line) rather than mixed in.
@@ -216,7 +239,7 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
            "--steps_per_auxiliary=30", "--elbo_num_samples=1",
            f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
   xla = ["--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50",
-         f"--xla_cache_dir={cache}"]
+         "--jit_compile_refinement", f"--xla_cache_dir={cache}"]
   completed = _run(*flags, *xla)
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((out / "results.json").read_text())

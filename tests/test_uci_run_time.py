@@ -25,8 +25,11 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
       capture_output=True, text=True, check=False, cwd=REPO)
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "speed.json").read_text())["results"]
-  assert set(results) == {"default", "one_thread", "xla_cached", "uncompiled"}
+  assert set(results) == {"default", "one_thread", "compiled_refinement", "xla_cached",
+                          "uncompiled"}
   assert results["xla_cached"]["test_mll"] == results["default"]["test_mll"]
+  assert results["compiled_refinement"]["test_mll"] == pytest.approx(
+      results["default"]["test_mll"], abs=1e-4)
   for row in results.values():
     for part in ("startup_seconds", "train_seconds", "refine_seconds", "other_seconds"):
       assert 0 < row[part] < row["wall_seconds"], (part, row)

@@ -35,6 +35,9 @@ class UciConfig(MethodConfig):
   # (a whole Boston run 14.4 s on two threads against 15.4 s on one, 5 paired rounds in
   # results/benchmarks/uci_run_time/threads_check.md; uncompiled, one thread is faster).
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
+  # Refinement's 1,000 steps save ~0.7 s compiled but its compilation costs ~2 s: a whole Boston
+  # run is ~2 s faster with refinement's chunks left uncompiled (same numbers).
+  jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement", False)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
 
   def check(self) -> None:
