@@ -10,11 +10,16 @@ batches come from a real history, and then timed over `--steps` bandit steps
 in interleaved rounds (so machine load hits every agent alike). Reported per
 agent: bandit steps per second, seconds in `choose` and in `observe` per step,
 the milliseconds per Adam step of each loop, and the hours a run of
-`--horizon` steps takes at that speed.
+`--horizon` steps takes at that speed. Each agent runs under every loop of
+`--loops`, in the same interleaved rounds: `per_step` (each Adam step draws its
+own noise, the default) and `compiled` (`--jit_compile --noise_chunk_steps=100`:
+noise drawn ahead for 100 steps, the chunk compiled by XLA).
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -24,10 +29,10 @@ from absl import flags
 from auxiliary_sampling.loop_settings import loop_settings_scope
 from bandits import mushroom
 from bandits.agents import make_agent
-from bandits.config import AGENTS, BanditConfig
+from bandits.config import AGENTS, PAPER_AGENTS, BanditConfig
 from common import cli
 from common.distribution import loop_settings_of
-from common.results import write_results
+from common.results import write_results, write_text_atomically
 
 flags.DEFINE_string("output_dir", None, "Where results.json goes.")
 flags.DEFINE_integer("steps", 3, "Timed bandit steps per agent and round.")
@@ -35,6 +40,14 @@ flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median round is repor
 flags.DEFINE_integer("history", 10, "Observations each agent has before the timing.")
 flags.DEFINE_integer("horizon", 5000, "Horizon of the projected run time.")
 flags.DEFINE_string("data_dir", None, "Directory holding mushroom/agaricus-lepiota.data.")
+flags.DEFINE_list("agents", list(PAPER_AGENTS), "Agents to time (any of the bandit binary's).")
+flags.DEFINE_list("loops", ["per_step", "compiled"], "Training loops to time: per_step, compiled.")
+flags.DEFINE_integer("update_steps", None, "Adam steps per update (default: the paper's).")
+flags.DEFINE_integer("refine_steps", None, "Refinement steps per sample (default: the paper's).")
+
+# The bandit binary's loop flags (--jit_compile, --noise_chunk_steps) per timed loop.
+LOOPS = {"per_step": dict(jit_compile=False, noise_chunk_steps=0),
+         "compiled": dict(jit_compile=True, noise_chunk_steps=100)}
 
 
 def _one_step(agent, contexts, step: int, rewards) -> tuple[float, float]:
@@ -46,12 +59,18 @@ def _one_step(agent, contexts, step: int, rewards) -> tuple[float, float]:
 
 
 def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rounds: int,
-            history: int, horizon: int) -> dict:
+            history: int, horizon: int, loops: tuple[str, ...] = ("per_step",),
+            agent_names: tuple[str, ...] = PAPER_AGENTS) -> dict:
+  """{loop: {agent: timings}} for each agent of `agent_names` under each loop of `loops`."""
   rng = np.random.default_rng(0)
   num_seeds = len(config.seeds)
-  # Built as the binary builds them: under the config's loop settings (compiled chunks).
-  with loop_settings_scope(loop_settings_of(config)):
-    agents = {name: make_agent(name, config, mushroom.NUM_FEATURES) for name in AGENTS}
+  agents = {}
+  for loop in loops:
+    loop_config = dataclasses.replace(config, **LOOPS[loop])
+    # Built as the binary builds them: under the config's loop settings.
+    with loop_settings_scope(loop_settings_of(loop_config)):
+      for name in agent_names:
+        agents[loop, name] = make_agent(name, loop_config, mushroom.NUM_FEATURES)
 
   def contexts_and_rewards():
     rows = rng.integers(0, len(mushrooms.edible), num_seeds)
@@ -74,12 +93,12 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
         choose_seconds.append(chose)
         observe_seconds.append(observed)
       timings[name].append((float(np.mean(choose_seconds)), float(np.mean(observe_seconds))))
-  metrics = {}
-  for name, measured in timings.items():
+  metrics = {loop: {} for loop in loops}
+  for (loop, name), measured in timings.items():
     choose = statistics.median(c for c, _ in measured)
     observe = statistics.median(o for _, o in measured)
     step_seconds = choose + observe
-    metrics[name] = {
+    metrics[loop][name] = {
         "bandit_steps_per_second": 1.0 / step_seconds,
         "choose_seconds_per_step": choose,
         "observe_seconds_per_step": observe,
@@ -87,9 +106,10 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
         "projected_hours_for_horizon": horizon * step_seconds / 3600,
     }
     if name == "refined_ts":
-      metrics[name]["refine_ms_per_adam_step"] = 1e3 * choose / config.refine_steps
-  metrics["all_agents_projected_hours"] = sum(
-      metrics[name]["projected_hours_for_horizon"] for name in agents)
+      metrics[loop][name]["refine_ms_per_adam_step"] = 1e3 * choose / config.refine_steps
+  for loop in loops:
+    metrics[loop]["all_agents_projected_hours"] = sum(
+        row["projected_hours_for_horizon"] for row in metrics[loop].values())
   return metrics
 
 
@@ -98,19 +118,49 @@ def main(argv):
   cli.require(bool(flags.FLAGS.output_dir), "--output_dir is required")
   for name in ("steps", "rounds", "history", "horizon"):
     cli.require(flags.FLAGS[name].value >= 1, f"{name}={flags.FLAGS[name].value} must be >= 1")
-  config = BanditConfig(horizon=flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps)
+  loops = tuple(flags.FLAGS.loops)
+  unknown = [loop for loop in loops if loop not in LOOPS]
+  cli.require(bool(loops) and not unknown,
+              f"--loops={','.join(loops)}: allowed: some of {', '.join(LOOPS)}")
+  agent_names = tuple(flags.FLAGS.agents)
+  unknown = [name for name in agent_names if name not in AGENTS]
+  cli.require(bool(agent_names) and not unknown,
+              f"--agents={','.join(agent_names)}: allowed: some of {', '.join(AGENTS)}")
+  steps = {name: flags.FLAGS[name].value for name in ("update_steps", "refine_steps")
+           if flags.FLAGS[name].value is not None}
+  config = BanditConfig(horizon=flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps,
+                        **steps)
   mushrooms = mushroom.load(flags.FLAGS.data_dir or config.resolved_data_dir)
   started = time.perf_counter()
   metrics = measure(config, mushrooms, flags.FLAGS.steps, flags.FLAGS.rounds,
-                    flags.FLAGS.history, flags.FLAGS.horizon)
-  values = dict(cli.flag_values(["steps", "rounds", "history", "horizon"]),
+                    flags.FLAGS.history, flags.FLAGS.horizon, loops, agent_names)
+  values = dict(cli.flag_values(["steps", "rounds", "history", "horizon", "loops", "agents"]),
                 update_steps=config.update_steps, refine_steps=config.refine_steps,
                 seeds=list(config.seeds), num_thompson_samples=config.num_thompson_samples)
   write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="bandit_speed",
                 method="all_agents", flags=values, metrics=metrics,
                 timings={"total_seconds": time.perf_counter() - started})
-  for name, value in metrics.items():
-    print(f"{name}: {value}")
+  table = speed_table(metrics, flags.FLAGS.horizon)
+  write_text_atomically(f"{flags.FLAGS.output_dir}/speed.md", table)
+  print(table)
+
+
+def speed_table(metrics: dict, horizon: int) -> str:
+  """speed.md: one row per loop and agent."""
+  lines = [f"# Mushroom-bandit agents at the paper's settings: speed per loop\n",
+           f"Command: `python -m benchmarks.bandit_speed {' '.join(sys.argv[1:])}`\n",
+           f"| loop | agent | bandit steps/s | update ms/Adam step | refine ms/Adam step "
+           f"| hours for {horizon:,} steps |", "|---|---|---|---|---|---|"]
+  for loop, agents in metrics.items():
+    for name, row in agents.items():
+      if name == "all_agents_projected_hours":
+        continue
+      refine = row.get("refine_ms_per_adam_step")
+      lines.append(f"| {loop} | {name} | {row['bandit_steps_per_second']:.3f} "
+                   f"| {row['update_ms_per_adam_step']:.2f} "
+                   f"| {'' if refine is None else f'{refine:.2f}'} "
+                   f"| {row['projected_hours_for_horizon']:.2f} |")
+  return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,54 @@
+"""benchmarks.bandit_speed: every requested agent timed under every requested loop, one file."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+pytestmark = pytest.mark.skipif(
+    not os.path.isfile(os.path.join(DATA, "mushroom", "agaricus-lepiota.data")),
+    reason="the offline mushroom copy is not here")
+
+
+def _run(tmp_path, *flags):
+  return subprocess.run(
+      [sys.executable, "-m", "benchmarks.bandit_speed", f"--output_dir={tmp_path}",
+       f"--data_dir={DATA}", *flags], capture_output=True, text=True, check=False, cwd=REPO,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
+  """Tiny settings. Catches a loop or agent left out of the record, a refinement time missing
+  for refined_ts, and projected hours that do not follow from the measured steps per second."""
+  completed = _run(tmp_path, "--steps=1", "--rounds=1", "--history=2", "--update_steps=10",
+                   "--refine_steps=10", "--agents=vi_ts,refined_ts", "--horizon=3600")
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert results["flags"]["loops"] == ["per_step", "compiled"]
+  for loop in ("per_step", "compiled"):
+    rows = results["metrics"][loop]
+    assert set(rows) == {"vi_ts", "refined_ts", "all_agents_projected_hours"}
+    for row in (rows["vi_ts"], rows["refined_ts"]):
+      assert row["update_ms_per_adam_step"] > 0
+      assert row["projected_hours_for_horizon"] == pytest.approx(
+          1 / row["bandit_steps_per_second"])     # 3,600 steps at that speed
+    assert rows["refined_ts"]["refine_ms_per_adam_step"] > 0
+    assert rows["all_agents_projected_hours"] == pytest.approx(
+        rows["vi_ts"]["projected_hours_for_horizon"]
+        + rows["refined_ts"]["projected_hours_for_horizon"])
+  assert "| compiled | refined_ts |" in (tmp_path / "speed.md").read_text()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--loops=per_step,fast"], "--loops=per_step,fast: allowed: some of per_step, compiled"),
+    (["--agents=vi_ts,greedy"], "--agents=vi_ts,greedy: allowed: some of refined_ts"),
+    (["--steps=0"], "steps=0 must be >= 1"),
+])
+def test_bad_flags_are_one_line_and_write_nothing(tmp_path, flags, message):
+  completed = _run(tmp_path / "out", *flags)
+  assert completed.returncode == 2
+  assert message in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "out").exists()
