@@ -268,7 +268,9 @@ def _run(*flags):
     (["--horizon=0"], 2, "horizon=0 is out of range"),
     (["--update_steps=0"], 2, "update_steps=0 is out of range"),
     (["--num_particles=1"], 2, "num_particles=1 is out of range; allowed: >= 2"),
-    (["--jit_compile"], 2, "--jit_compile needs the noise drawn ahead of the compiled steps"),
+    # Compiled by default: per-step draws need --nojit_compile, and the line says so.
+    (["--noise_chunk_steps=0"], 2, "--jit_compile needs the noise drawn ahead of the compiled "
+     "steps; allowed: --noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
   completed = _run(f"--output_dir={tmp_path}", *flags)
