@@ -20,7 +20,7 @@ from bandits.config import BanditConfig
 from common import cli
 
 
-@cli.runs_under_its_loop_settings
+@cli.runs_under_its_device_settings
 def train_and_evaluate(config: BanditConfig, output_dir: str) -> dict:
   """Runs every agent of `config` and writes results.json, Figure 5 and its table."""
   # TensorFlow loads here, after the flags have been checked.

@@ -122,7 +122,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
   return results
 
 
-@cli.runs_under_its_loop_settings
+@cli.runs_under_its_device_settings
 def train_and_evaluate(config: SampleQualityConfig, output_dir: str) -> dict:
   """Writes results.json with `measure`'s numbers."""
   from bandits import mushroom

@@ -238,8 +238,10 @@ def _drop_tensorflow_info(record: logging.LogRecord) -> bool:
 @contextlib.contextmanager
 def _strategy_scope(config: Config) -> Iterator[None]:
   """Builds and trains everything under the strategy the hardware flags pick (if the config has
-  them); UsageError if the hardware disagrees with the flags."""
-  if not isinstance(config, DeviceConfig):
+  them, and no strategy is in force already: a script's own scope is kept); UsageError if the
+  hardware disagrees with the flags."""
+  import tensorflow as tf
+  if not isinstance(config, DeviceConfig) or tf.distribute.has_strategy():
     yield
     return
   strategy = strategy_for(config)
@@ -250,18 +252,26 @@ def _strategy_scope(config: Config) -> Iterator[None]:
     yield
 
 
-def runs_under_its_loop_settings(train_and_evaluate: Callable[..., dict]) -> Callable[..., dict]:
-  """A binary's `train_and_evaluate(config, ...)` that runs under the config's loop settings
-  (--jit_compile, --noise_chunk_steps), whether `main` or a script calls it, so that the
-  settings its results.json records are the ones its loops ran with."""
+def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
+                                   ) -> Callable[..., dict]:
+  """A binary's `train_and_evaluate(config, ...)` that runs under the strategy its hardware flags
+  pick (--use_gpu, --tpu, --num_cores) and under its loop settings (--jit_compile,
+  --noise_chunk_steps), whether `main` or a script calls it, so that the hardware and loops its
+  results.json records are the ones it ran on."""
   @functools.wraps(train_and_evaluate)
   def under_settings(config: Config, *args, **kwargs) -> dict:
     settings = loop_settings_of(config)
-    if settings is None:
+    with _strategy_scope(config), (loop_settings_scope(settings) if settings is not None
+                                   else contextlib.nullcontext()):
       return train_and_evaluate(config, *args, **kwargs)
-    with loop_settings_scope(settings):
-      return train_and_evaluate(config, *args, **kwargs)
+  under_settings.runs_under_device_settings = True
   return under_settings
+
+
+def _has_device_settings(config_class: type) -> bool:
+  """Whether a config declares hardware flags or training-loop flags."""
+  names = {field.name for field in dataclasses.fields(config_class)}
+  return issubclass(config_class, DeviceConfig) or "noise_chunk_steps" in names
 
 
 def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
@@ -269,8 +279,13 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
   """The whole `__main__` of a benchmark binary: flags -> config -> train_and_evaluate -> results.
 
   `train_and_evaluate(config, output_dir)` writes output_dir/results.json and
-  returns the metrics; those named in `printed_metrics` are printed.
+  returns the metrics; those named in `printed_metrics` are printed. A config with hardware or
+  loop flags needs `train_and_evaluate` wrapped in `runs_under_its_device_settings`.
   """
+  if _has_device_settings(config_class) and not getattr(
+      train_and_evaluate, "runs_under_device_settings", False):
+    raise TypeError(f"{config_class.__name__} has hardware or loop flags: wrap "
+                    "train_and_evaluate in cli.runs_under_its_device_settings")
   define_flags(config_class)
 
   def run_config(argv):
@@ -286,8 +301,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     note_start_commit()
     quiet_tensorflow_startup(flags.FLAGS.tf_log, getattr(config, "intra_op_threads", 0),
                              getattr(config, "xla_cache_dir", None))
-    with _strategy_scope(config):
-      metrics = train_and_evaluate(config, output_dir)
+    metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:
       if name in metrics:
         value = metrics[name]

@@ -29,7 +29,7 @@ from common import cli
 from image.config import ImageConfig
 
 
-@cli.runs_under_its_loop_settings
+@cli.runs_under_its_device_settings
 def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and Figure 4) and returns its metrics."""
   # TensorFlow loads here, after the flags have been checked.

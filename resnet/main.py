@@ -24,7 +24,7 @@ from common import cli
 from resnet.config import ResNetConfig
 
 
-@cli.runs_under_its_loop_settings
+@cli.runs_under_its_device_settings
 def train_and_evaluate(config: ResNetConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and the staircase); returns metrics."""
   # TensorFlow loads here, after the flags have been checked.

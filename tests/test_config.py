@@ -98,17 +98,20 @@ def test_a_record_without_a_setting_whose_default_changed_is_not_taken_for_the_n
   assert "--chunk=100 (recorded: 0)" in describe_differences(NewDefault(), {}, ["chunk"])
 
 
-def test_every_binary_with_loop_flags_runs_under_them():
-  """A binary whose config declares --noise_chunk_steps must wrap its train_and_evaluate in
-  cli.runs_under_its_loop_settings, or a script calling it runs another loop than its
-  results.json records (the bug the decorator fixed)."""
+def test_every_binary_with_device_flags_runs_under_them():
+  """A binary whose config declares hardware or loop flags must wrap its train_and_evaluate in
+  cli.runs_under_its_device_settings, or a script calling it runs on other hardware or another
+  loop than its results.json records (the bugs the decorator fixed); cli.main refuses one that
+  does not, before any flag is read."""
   import bandits.main
   import bandits.sample_quality
   import image.main
   import resnet.main
   import uci.main
   for module in (uci.main, image.main, resnet.main, bandits.main, bandits.sample_quality):
-    assert hasattr(module.train_and_evaluate, "__wrapped__"), module.__name__
+    assert module.train_and_evaluate.runs_under_device_settings, module.__name__
+  with pytest.raises(TypeError, match="wrap train_and_evaluate in cli.runs_under_its_device"):
+    cli.main(UciConfig, uci.main.train_and_evaluate.__wrapped__)
 
 
 def test_shipped_configs_are_valid_and_fully_documented():

@@ -254,6 +254,27 @@ def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, me
                                rtol=1e-5)
 
 
+def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path):
+  """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
+  trains on 2 replicas, as the binary does. Catches the strategy scope applied only by
+  `cli.main`: the script's run then trained on one device while its config said two."""
+  script = f"""
+from common.distribution import split_cpu_for_tests
+split_cpu_for_tests()
+from uci import main
+from uci.config import UciConfig
+config = UciConfig(method="vi", dataset="boston_housing", data_dir={DATA!r}, hidden_units=8,
+                   vi_steps=100, num_samples=2, elbo_num_samples=1, use_gpu=True, num_cores=2,
+                   jit_compile=False)
+main.train_and_evaluate(config, {str(tmp_path)!r})
+"""
+  completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                             text=True, timeout=300, env=_environment(2))
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  machine = json.loads((tmp_path / "results.json").read_text())["machine"]
+  assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy"
+
+
 def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
   """The image binary end to end on 2 replicas, its LeNet-5 computing in bfloat16."""
   completed = subprocess.run(

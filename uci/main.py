@@ -33,7 +33,7 @@ from common import cli
 from uci.config import UciConfig
 
 
-@cli.runs_under_its_loop_settings
+@cli.runs_under_its_device_settings
 def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` and returns its metrics.
 
