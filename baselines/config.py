@@ -147,6 +147,9 @@ class MethodConfig(DeviceConfig):
   particle_epochs: int = setting(
       0, "svgd, fsvgd: epochs of ceil(N / batch) steps (0: the f-POVI protocol's, 500, or 3000 on "
       "training sets of more than 900 examples).", minimum=0, shapes=(PARTICLES,))
+  particle_weight_prior_scale: float = setting(
+      0.0, "svgd, fsvgd: std of the Gaussian prior on every weight and bias (0: the f-POVI "
+      "paper's N(0, 1/fan_out)).", minimum=0, shapes=(PARTICLES,))
   fsvgd_prior_draws: int = setting(
       40, "fsvgd: prior networks drawn per step for the Gaussian function-space prior.",
       minimum=2, maximum=10_000, shapes=(PARTICLES,))

@@ -118,7 +118,8 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
         batch_size=batch_size, seed=config.seed, function_space=function_space,
         checkpoint_dir=checkpoint_dir_of(config, PARTICLES, output_dir),
         summary_dir=os.path.join(summaries, config.method),
-        steps_per_checkpoint=checkpoint_interval)
+        steps_per_checkpoint=checkpoint_interval,
+        weight_prior_scale=config.particle_weight_prior_scale or None)
     metrics.update(particle_steps=num_steps, particle_batch_size=batch_size)
     sample_outputs = model
   else:

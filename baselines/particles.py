@@ -378,13 +378,17 @@ def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: in
                     learning_rate: float | LearningRateSchedule = 4e-3, batch_size: int = 100,
                     seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
                     checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
-                    steps_per_checkpoint: int = 5000) -> TrainingResult:
+                    steps_per_checkpoint: int = 5000,
+                    weight_prior_scale: Optional[float] = None) -> TrainingResult:
   """SVGD (or f-SVGD with `function_space`) of every particle of `model` for `num_steps` steps,
-  checkpointed and resumable like every trainer (`baselines.training`)."""
+  checkpointed and resumable like every trainer (`baselines.training`). `weight_prior_scale`:
+  one prior std for every weight (None: the f-POVI paper's N(0, 1/fan_out))."""
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
+  network = dataclasses.replace(ParticleNetwork.of_sequential(model),
+                                weight_prior_scale=weight_prior_scale)
   maximizer = ParticleMaximizer(model, inputs, labels, batch_size=batch_size, data_seed=seed,
-                                function_space=function_space)
+                                function_space=function_space, network=network)
   name = "svgd" if function_space is None else "fsvgd"
   training = CheckpointedTraining(maximizer, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name=name,
