@@ -35,6 +35,7 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.loop_settings import current_loop_settings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
@@ -230,7 +231,8 @@ class ThompsonAgent(Agent):
         self.samples, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
         variables=refinement_variables(self.samples), batch_size=config.batch_size,
         data_seed=derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM),
-        member_batches=self.num_samples, grouped_data=True, num_examples=self.history.count)
+        member_batches=self.num_samples, grouped_data=True, num_examples=self.history.count,
+        loop_settings=current_loop_settings().for_refinement())
 
   def _refine_samples(self) -> None:
     """Refines `num_thompson_samples` samples per seed from the current q (Algorithm 1, K = 1);

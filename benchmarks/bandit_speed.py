@@ -4,7 +4,8 @@
 
 Every agent (all seeds at once, as `bandits.main` runs them) is built with
 the paper's update settings (500 Adam steps per observed reward, 500
-refinement steps per refined sample, 3 samples, batches of 64), given
+refinement steps per refined sample, 3 samples, batches of 64; tests shrink
+the step counts with `--update_steps`, `--refine_steps`), given
 `--history` observations so that the compiled calls are traced and the
 batches come from a real history, and then timed over `--steps` bandit steps
 in interleaved rounds (so machine load hits every agent alike). Reported per
@@ -12,8 +13,9 @@ agent: bandit steps per second, seconds in `choose` and in `observe` per step,
 the milliseconds per Adam step of each loop, and the hours a run of
 `--horizon` steps takes at that speed. Each agent runs under every loop of
 `--loops`, in the same interleaved rounds: `per_step` (each Adam step draws its
-own noise, the default) and `compiled` (`--jit_compile --noise_chunk_steps=100`:
-noise drawn ahead for 100 steps, the chunk compiled by XLA).
+own noise: `--nojit_compile --noise_chunk_steps=0`) and `compiled` (the bandit
+binary's default, `--jit_compile --noise_chunk_steps=100`: noise drawn ahead for
+100 steps, the chunk compiled by XLA).
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def _one_step(agent, contexts, step: int, rewards) -> tuple[float, float]:
 
 
 def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rounds: int,
-            history: int, horizon: int, loops: tuple[str, ...] = ("per_step",),
+            history: int, horizon: int, loops: tuple[str, ...] = tuple(LOOPS),
             agent_names: tuple[str, ...] = PAPER_AGENTS) -> dict:
   """{loop: {agent: timings}} for each agent of `agent_names` under each loop of `loops`."""
   rng = np.random.default_rng(0)
@@ -104,6 +106,8 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
         "observe_seconds_per_step": observe,
         "update_ms_per_adam_step": 1e3 * observe / config.update_steps,
         "projected_hours_for_horizon": horizon * step_seconds / 3600,
+        # What the agent's update loop was built with (not the flags asked for).
+        "update_loop_compiled": bool(agents[loop, name].maximizer.loop_settings.jit_compile),
     }
     if name == "refined_ts":
       metrics[loop][name]["refine_ms_per_adam_step"] = 1e3 * choose / config.refine_steps
@@ -140,16 +144,17 @@ def main(argv):
   write_results(flags.FLAGS.output_dir, benchmark="benchmarks", dataset="bandit_speed",
                 method="all_agents", flags=values, metrics=metrics,
                 timings={"total_seconds": time.perf_counter() - started})
-  table = speed_table(metrics, flags.FLAGS.horizon)
+  table = speed_table(metrics, flags.FLAGS.horizon, config)
   write_text_atomically(f"{flags.FLAGS.output_dir}/speed.md", table)
   print(table)
 
 
-def speed_table(metrics: dict, horizon: int) -> str:
+def speed_table(metrics: dict, horizon: int, config: BanditConfig) -> str:
   """speed.md: one row per loop and agent."""
-  lines = [f"# Mushroom-bandit agents at the paper's settings: speed per loop\n",
+  lines = [f"# Mushroom-bandit agents, {config.update_steps} update and {config.refine_steps} "
+           f"refinement steps, {len(config.seeds)} seeds at once: speed per loop\n",
            f"Command: `python -m benchmarks.bandit_speed {' '.join(sys.argv[1:])}`\n",
-           f"| loop | agent | bandit steps/s | update ms/Adam step | refine ms/Adam step "
+           "| loop | agent | bandit steps/s | update ms/Adam step | refine ms/Adam step "
            f"| hours for {horizon:,} steps |", "|---|---|---|---|---|---|"]
   for loop, agents in metrics.items():
     for name, row in agents.items():

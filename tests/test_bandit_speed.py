@@ -21,7 +21,8 @@ def _run(tmp_path, *flags):
 
 
 def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
-  """Tiny settings. Catches a loop or agent left out of the record, a refinement time missing
+  """Tiny settings. Catches agents built outside their loop's settings (the compiled row would
+  time the per-step loop), a loop or agent left out of the record, a refinement time missing
   for refined_ts, and projected hours that do not follow from the measured steps per second."""
   completed = _run(tmp_path, "--steps=1", "--rounds=1", "--history=2", "--update_steps=10",
                    "--refine_steps=10", "--agents=vi_ts,refined_ts", "--horizon=3600")
@@ -32,6 +33,7 @@ def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
     rows = results["metrics"][loop]
     assert set(rows) == {"vi_ts", "refined_ts", "all_agents_projected_hours"}
     for row in (rows["vi_ts"], rows["refined_ts"]):
+      assert row["update_loop_compiled"] == (loop == "compiled")
       assert row["update_ms_per_adam_step"] > 0
       assert row["projected_hours_for_horizon"] == pytest.approx(
           1 / row["bandit_steps_per_second"])     # 3,600 steps at that speed

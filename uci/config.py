@@ -28,15 +28,14 @@ class UciConfig(MethodConfig):
   initial_noise_scale: float = setting(
       1.0, "Initial noise scale of the Gaussian likelihood (standardised units; learned as a point "
       "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF, VOGN, PARTICLES))
-  # Its steps are a few hundred tiny ops: compiled 100 at a time, VI runs 3-5x and refinement
-  # ~1.2x faster (benchmarks.step_floor, benchmarks.uci_run_time). --nojit_compile
-  # --noise_chunk_steps=0 gives the draws of runs made before this default. Compiled, it keeps
-  # TensorFlow's threads: XLA compiles and the next chunk's noise is drawn on the other cores
-  # (a whole Boston run 14.4 s on two threads against 15.4 s on one, 5 paired rounds in
+  # Its steps are a few hundred tiny ops: compiled 100 at a time, VI's step runs 3-5x faster
+  # (benchmarks.step_floor, benchmarks.uci_run_time). --nojit_compile --noise_chunk_steps=0 gives
+  # the draws of runs made before this default. Compiled, it keeps TensorFlow's threads (a whole
+  # Boston run 14.45 s against one thread's 15.46 s, 5 paired rounds in
   # results/benchmarks/uci_run_time/threads_check.md; uncompiled, one thread is faster).
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
-  # Refinement's 1,000 steps save ~0.7 s compiled but its compilation costs ~2 s: a whole Boston
-  # run is ~2 s faster with refinement's chunks left uncompiled (same numbers).
+  # Refinement's 1,000 steps run 1.6x faster compiled, but compiling costs more than that saves:
+  # a whole Boston run takes 14.4 s with them uncompiled against 15.3 s (same numbers).
   jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement", False)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
 
