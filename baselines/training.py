@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
 from baselines.learning_rate import LearningRateSchedule
@@ -40,6 +41,31 @@ class TrainingResult:
   kl_trace: np.ndarray     # [num_steps, M?] the KL term at every step
   train_seconds: float     # wall time of all steps, including those of resumed earlier runs
   resumed_from_step: int   # 0 for a fresh run
+
+
+class _ScalarWriter:
+  """`tf.summary` scalars of many steps written by one graph call: eager `tf.summary.scalar`
+  calls cost ~0.3 ms each (45 ms per 5,000 Boston steps, 3 ms in one call). One per summary
+  directory: a traced function keeps the writer it was traced with."""
+
+  def __init__(self, directory: str):
+    self.writer = tf.summary.create_file_writer(directory)
+    self._write_rows = graph_function(self._rows_in_graph)
+
+  def _rows_in_graph(self, steps: tf.Tensor, values: dict[str, tf.Tensor]) -> None:
+    with self.writer.as_default():
+      def write_row(index):
+        with tf.compat.v1.name_scope(None):   # tags without the loop's "while/" scope
+          for tag, column in values.items():
+            tf.summary.scalar(tag, column[index], step=steps[index])
+        return ()
+      counted_loop(tf.shape(steps)[0], write_row, ())
+
+  def write(self, steps: np.ndarray, values: dict[str, np.ndarray]) -> None:
+    """Writes values[tag][i] at steps[i] for every tag, and flushes."""
+    self._write_rows(tf.constant(steps, tf.int64),
+                     {tag: tf.constant(column, tf.float32) for tag, column in values.items()})
+    self.writer.flush()
 
 
 class CheckpointedTraining:
@@ -98,16 +124,15 @@ class CheckpointedTraining:
     manager = tf.train.CheckpointManager(self.checkpoint, checkpoint_dir, max_to_keep=1)
     manager.save(checkpoint_number=int(self.step.numpy()))
 
-  def _summarise(self, writer, first_step: int, trace: np.ndarray, kl_trace: np.ndarray) -> None:
-    with writer.as_default():
-      for offset in range(len(trace)):
-        step = first_step + offset + 1
-        if step % self.summary_every == 0 or offset == len(trace) - 1:
-          elbo, kl = float(np.mean(trace[offset])), float(np.mean(kl_trace[offset]))
-          tf.summary.scalar(self.objective_name.lower().replace(" ", "_"), elbo, step=step)
-          tf.summary.scalar("kl", kl, step=step)
-          tf.summary.scalar("expected_log_likelihood", elbo + kl, step=step)
-      writer.flush()
+  def _summarise(self, writer: _ScalarWriter, first_step: int, trace: np.ndarray,
+                 kl_trace: np.ndarray) -> None:
+    """Every `summary_every`-th step's scalars and the chunk's last (member means)."""
+    steps = first_step + 1 + np.arange(len(trace))
+    kept = (steps % self.summary_every == 0) | (np.arange(len(trace)) == len(trace) - 1)
+    objective = trace.reshape(len(trace), -1).mean(axis=1)[kept]
+    kl = kl_trace.reshape(len(kl_trace), -1).mean(axis=1)[kept]
+    writer.write(steps[kept], {self.objective_name.lower().replace(" ", "_"): objective,
+                               "kl": kl, "expected_log_likelihood": objective + kl})
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
             summary_dir: Optional[str] = None) -> TrainingResult:
@@ -116,7 +141,7 @@ class CheckpointedTraining:
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
     resumed_from_step = int(self.step.numpy())
-    writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
+    writer = _ScalarWriter(summary_dir) if summary_dir else None
     progress = ProgressLog(self.name, num_steps, resumed_from_step, self.objective_name)
     while int(self.step.numpy()) < num_steps:
       first_step = int(self.step.numpy())

@@ -90,8 +90,19 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
   summaries = tf.compat.v1.train.summary_iterator(
       glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
-  tags = {value.tag for event in summaries for value in event.summary.value}
-  assert tags == {"elbo", "kl", "expected_log_likelihood"}
+  written = {}
+  for event in summaries:
+    for value in event.summary.value:
+      written.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  assert set(written) == {"elbo", "kl", "expected_log_likelihood"}
+  # Every summary_every-th step (10) of the 600; written in one graph call per chunk, whose
+  # loop would silently drop its summary ops or shift the steps without this check.
+  steps = np.arange(10, 601, 10)
+  for tag, expected in [("elbo", result.trace), ("kl", result.kl_trace),
+                        ("expected_log_likelihood", result.trace + result.kl_trace)]:
+    assert sorted(written[tag]) == list(steps), tag
+    np.testing.assert_allclose([written[tag][step] for step in steps], expected[steps - 1],
+                               rtol=1e-5, err_msg=tag)
   assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
   noise = trainer.maximizer.model.layers[-1].noise_scale.numpy()[0]
   assert noise < 0.8   # falling from its initial 1.0 towards the data's 0.1
