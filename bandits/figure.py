@@ -1,5 +1,6 @@
 """Figure 5 (cumulative regret against steps, mean +- std over seeds, one line per agent) and its
-table, from the regret records of one or more bandit runs.
+table, from the regret records of one or more bandit runs (an agent's runs over different seeds
+are one line over all their seeds).
 
   python -m bandits.figure --run_dirs=results/bandits/mushroom --output_dir=results/bandits/mushroom
 """
@@ -69,16 +70,48 @@ def write_figure_and_table(records: Sequence, output_dir: str, report_interval: 
                         regret_table(records, report_interval))
 
 
+# Settings that do not change what a run of an agent computes for a seed.
+_PLUMBING_FLAGS = ("seeds", "agents", "replace_mismatched", "data_dir", "download",
+                   "steps_per_checkpoint", "regret_report_interval")
+
+
+def _run_settings(run_dir: str) -> dict:
+  """The flags a run recorded in its results.json, without the plumbing ones."""
+  import json  # pylint: disable=import-outside-toplevel
+  from common.results import RESULTS_FILENAME  # pylint: disable=import-outside-toplevel
+  path = os.path.join(run_dir, RESULTS_FILENAME)
+  if not os.path.exists(path):
+    raise ValueError(f"{path} is missing; allowed: finished runs of bandits.main")
+  with open(path) as handle:
+    recorded = json.load(handle)["flags"]
+  return {name: value for name, value in recorded.items() if name not in _PLUMBING_FLAGS}
+
+
 def records_in(run_dirs: Sequence[str]) -> list:
-  """The regret records of the runs in `run_dirs`, in the order the agents are listed."""
+  """The regret records of the runs in `run_dirs`, one per agent in the order the agents are
+  listed: an agent's runs over different seeds (for example refined_ts run seed by seed)
+  become one record over all their seeds if they were made with the same settings; ValueError
+  names the first setting that differs."""
   from bandits.config import AGENTS  # pylint: disable=import-outside-toplevel
   from bandits.interaction import RegretRecord  # pylint: disable=import-outside-toplevel
   records = []
   for agent in AGENTS:
-    for run_dir in run_dirs:
-      path = os.path.join(run_dir, RECORD_FILENAME.format(agent=agent))
-      if os.path.exists(path):
-        records.append(RegretRecord.load(path))
+    runs = [run_dir for run_dir in run_dirs
+            if os.path.exists(os.path.join(run_dir, RECORD_FILENAME.format(agent=agent)))]
+    if len(runs) > 1:
+      settings = [_run_settings(run_dir) for run_dir in runs]
+      for run_dir, other in zip(runs[1:], settings[1:]):
+        differing = sorted(name for name in settings[0].keys() | other.keys()
+                           if settings[0].get(name) != other.get(name))
+        if differing:
+          name = differing[0]
+          raise ValueError(f"{agent} runs differ in --{name}: {settings[0].get(name)} in "
+                           f"{runs[0]}, {other.get(name)} in {run_dir}; allowed: runs of one "
+                           "agent over different seeds with the same settings")
+    if runs:
+      records.append(RegretRecord.over_seeds(
+          [RegretRecord.load(os.path.join(run_dir, RECORD_FILENAME.format(agent=agent)))
+           for run_dir in runs]))
   return records
 
 
@@ -86,7 +119,10 @@ def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
   from common.cli import UsageError  # pylint: disable=import-outside-toplevel
-  records = records_in(flags.FLAGS.run_dirs)
+  try:
+    records = records_in(flags.FLAGS.run_dirs)
+  except ValueError as error:
+    raise UsageError(str(error)) from error
   if not records:
     raise UsageError(f"no regret_<agent>.npz in --run_dirs={','.join(flags.FLAGS.run_dirs)}")
   os.makedirs(flags.FLAGS.output_dir, exist_ok=True)

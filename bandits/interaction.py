@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -74,6 +74,31 @@ class RegretRecord:
                           realised_regret=self.realised_regret.astype(np.float32),
                           seconds=np.float64(self.seconds))
     os.replace(temporary, path)
+
+  @classmethod
+  def over_seeds(cls, records: Sequence["RegretRecord"]) -> "RegretRecord":
+    """One record of the union of the seeds of `records` (one agent's runs over disjoint seeds:
+    a seed's environment stream does not depend on the others), ordered by seed; ValueError if
+    a seed repeats or the lines or horizons differ. `seconds` is the runs' sum."""
+    seeds = [seed for record in records for seed in record.seeds]
+    if len(set(seeds)) != len(seeds):
+      raise ValueError(f"seeds {seeds} repeat; allowed: runs over disjoint seeds")
+    for record in records[1:]:
+      if (record.line_names != records[0].line_names
+          or record.expected_regret.shape[1:] != records[0].expected_regret.shape[1:]):
+        raise ValueError(f"lines {record.line_names} over {record.expected_regret.shape[-1]} "
+                         f"steps differ from {records[0].line_names} over "
+                         f"{records[0].expected_regret.shape[-1]}; allowed: the same agent "
+                         "and horizon")
+    order = np.argsort(seeds)
+
+    def joined(name: str) -> np.ndarray:
+      return np.concatenate([getattr(record, name) for record in records])[order]
+    return cls(line_names=list(records[0].line_names), seeds=[seeds[i] for i in order],
+               actions=joined("actions"), rewards=joined("rewards"),
+               expected_regret=joined("expected_regret"),
+               realised_regret=joined("realised_regret"),
+               seconds=float(sum(record.seconds for record in records)))
 
   @classmethod
   def load(cls, path: str) -> "RegretRecord":

@@ -46,6 +46,8 @@ flags.DEFINE_list("agents", list(PAPER_AGENTS), "Agents to time (any of the band
 flags.DEFINE_list("loops", ["per_step", "compiled"], "Training loops to time: per_step, compiled.")
 flags.DEFINE_integer("update_steps", None, "Adam steps per update (default: the paper's).")
 flags.DEFINE_integer("refine_steps", None, "Refinement steps per sample (default: the paper's).")
+flags.DEFINE_list("seeds", None, "Seeds run at once (default: the binary's five); one seed times "
+                  "a run split seed by seed.")
 
 # The bandit binary's loop flags (--jit_compile, --noise_chunk_steps) per timed loop.
 LOOPS = {"per_step": dict(jit_compile=False, noise_chunk_steps=0),
@@ -130,10 +132,15 @@ def main(argv):
   unknown = [name for name in agent_names if name not in AGENTS]
   cli.require(bool(agent_names) and not unknown,
               f"--agents={','.join(agent_names)}: allowed: some of {', '.join(AGENTS)}")
-  steps = {name: flags.FLAGS[name].value for name in ("update_steps", "refine_steps")
-           if flags.FLAGS[name].value is not None}
+  overrides = {name: flags.FLAGS[name].value for name in ("update_steps", "refine_steps")
+               if flags.FLAGS[name].value is not None}
+  if flags.FLAGS.seeds is not None:
+    seeds = flags.FLAGS.seeds
+    cli.require(bool(seeds) and all(seed.isdigit() for seed in seeds),
+                f"--seeds={','.join(seeds)}: allowed: non-negative integers")
+    overrides["seeds"] = tuple(int(seed) for seed in seeds)
   config = BanditConfig(horizon=flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps,
-                        **steps)
+                        **overrides)
   mushrooms = mushroom.load(flags.FLAGS.data_dir or config.resolved_data_dir)
   started = time.perf_counter()
   metrics = measure(config, mushrooms, flags.FLAGS.steps, flags.FLAGS.rounds,

@@ -25,10 +25,12 @@ def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
   time the per-step loop), a loop or agent left out of the record, a refinement time missing
   for refined_ts, and projected hours that do not follow from the measured steps per second."""
   completed = _run(tmp_path, "--steps=1", "--rounds=1", "--history=2", "--update_steps=10",
-                   "--refine_steps=10", "--agents=vi_ts,refined_ts", "--horizon=3600")
+                   "--refine_steps=10", "--agents=vi_ts,refined_ts", "--horizon=3600",
+                   "--seeds=3")
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["flags"]["loops"] == ["per_step", "compiled"]
+  assert results["flags"]["seeds"] == [3]
   for loop in ("per_step", "compiled"):
     rows = results["metrics"][loop]
     assert set(rows) == {"vi_ts", "refined_ts", "all_agents_projected_hours"}
@@ -48,6 +50,7 @@ def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
     (["--loops=per_step,fast"], "--loops=per_step,fast: allowed: some of per_step, compiled"),
     (["--agents=vi_ts,greedy"], "--agents=vi_ts,greedy: allowed: some of refined_ts"),
     (["--steps=0"], "steps=0 must be >= 1"),
+    (["--seeds=0,-1"], "--seeds=0,-1: allowed: non-negative integers"),
 ])
 def test_bad_flags_are_one_line_and_write_nothing(tmp_path, flags, message):
   completed = _run(tmp_path / "out", *flags)

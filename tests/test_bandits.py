@@ -14,10 +14,11 @@ from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
 from bandits import main as bandit_main
+from bandits import figure as bandit_figure
 from bandits import mushroom, sample_quality
 from bandits.agents import make_agent, reward_model
 from bandits.config import BanditConfig
-from bandits.interaction import interact
+from bandits.interaction import RegretRecord, interact
 from baselines.gaussian_head import gaussian_head_log_likelihood
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -211,6 +212,47 @@ def test_binary_writes_figure_table_and_results(tmp_path):
                "regret_refined_ts.npz"):
     assert (tmp_path / name).exists()
   assert "| refined_ts |" in (tmp_path / "figure5_cumulative_regret.md").read_text()
+
+
+def _bandit_run_dir(path, seeds, refine_steps=500, agent="refined_ts"):
+  """A finished run's files as bandits.main leaves them: the regret record and results.json."""
+  os.makedirs(path)
+  rng = np.random.default_rng(seeds[0])
+  shape = (len(seeds), 1, 7)
+  RegretRecord(line_names=[agent], seeds=list(seeds), actions=rng.integers(0, 2, shape),
+               rewards=rng.normal(size=shape), expected_regret=rng.random(shape),
+               realised_regret=rng.random(shape), seconds=10.0
+               ).save(os.path.join(path, f"regret_{agent}.npz"))
+  flags = {**BanditConfig().as_dict(), "seeds": list(seeds), "refine_steps": refine_steps}
+  (path / "results.json").write_text(json.dumps({"flags": flags}))
+  return RegretRecord.load(os.path.join(path, f"regret_{agent}.npz"))
+
+
+def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
+  """Catches a figure that draws each per-seed run of refined_ts (too slow to run all seeds in
+  one session) as its own line, mixes runs of different settings, or counts a seed twice."""
+  late = _bandit_run_dir(tmp_path / "late", [3])
+  early = _bandit_run_dir(tmp_path / "early", [0, 1])
+  _bandit_run_dir(tmp_path / "other_agent", [0], agent="vi_ts")
+  records = bandit_figure.records_in([str(tmp_path / name)
+                                      for name in ("late", "other_agent", "early")])
+  assert [record.line_names for record in records] == [["refined_ts"], ["vi_ts"]]
+  merged = records[0]
+  assert merged.seeds == [0, 1, 3] and merged.seconds == 20.0
+  for name in ("actions", "rewards", "expected_regret", "realised_regret"):
+    np.testing.assert_array_equal(
+        getattr(merged, name), np.concatenate([getattr(early, name), getattr(late, name)]))
+  _bandit_run_dir(tmp_path / "again", [1, 2])
+  with pytest.raises(ValueError, match="repeat"):
+    bandit_figure.records_in([str(tmp_path / "early"), str(tmp_path / "again")])
+  _bandit_run_dir(tmp_path / "shorter", [4], refine_steps=50)
+  completed = subprocess.run(
+      [sys.executable, "-m", "bandits.figure", f"--run_dirs={tmp_path / 'late'},"
+       f"{tmp_path / 'shorter'}", f"--output_dir={tmp_path / 'figure'}"],
+      capture_output=True, text=True, cwd=REPO, check=False)
+  assert completed.returncode == 2
+  assert "refined_ts runs differ in --refine_steps: 500" in completed.stderr.strip().splitlines()[-1]
+  assert not (tmp_path / "figure").exists()
 
 
 class _Killed(Exception):
