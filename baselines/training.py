@@ -41,6 +41,9 @@ class TrainingResult:
   kl_trace: np.ndarray     # [num_steps, M?] the KL term at every step
   train_seconds: float     # wall time of all steps, including those of resumed earlier runs
   resumed_from_step: int   # 0 for a fresh run
+  # The first chunk's seconds beyond the pace of this call's later chunks: tracing and compiling
+  # the loop (None with fewer than two chunks).
+  setup_seconds: Optional[float] = None
 
 
 class _ScalarWriter:
@@ -143,6 +146,7 @@ class CheckpointedTraining:
     resumed_from_step = int(self.step.numpy())
     writer = _ScalarWriter(summary_dir) if summary_dir else None
     progress = ProgressLog(self.name, num_steps, resumed_from_step, self.objective_name)
+    chunk_timings = []   # (steps, seconds) of this call's chunks
     while int(self.step.numpy()) < num_steps:
       first_step = int(self.step.numpy())
       chunk = min(self.steps_per_checkpoint, num_steps - first_step,
@@ -150,7 +154,8 @@ class CheckpointedTraining:
       started = time.perf_counter()
       trace, kl_trace = self.maximizer.maximize(chunk, self.learning_rate.rate(first_step),
                                                 return_kl=True)
-      self.train_seconds.assign_add(time.perf_counter() - started)
+      chunk_timings.append((chunk, time.perf_counter() - started))
+      self.train_seconds.assign_add(chunk_timings[-1][1])
       self.step.assign_add(chunk)
       self.traces.append(trace)
       self.kl_traces.append(kl_trace)
@@ -164,4 +169,14 @@ class CheckpointedTraining:
     kl_trace = np.concatenate(self.kl_traces)[:num_steps]
     return TrainingResult(trace=trace, kl_trace=kl_trace,
                           train_seconds=float(self.train_seconds.numpy()),
-                          resumed_from_step=resumed_from_step)
+                          resumed_from_step=resumed_from_step,
+                          setup_seconds=_setup_seconds(chunk_timings))
+
+
+def _setup_seconds(chunk_timings: list[tuple[int, float]]) -> Optional[float]:
+  """The first chunk's seconds beyond the median seconds per step of the later ones."""
+  if len(chunk_timings) < 2:
+    return None
+  pace = float(np.median([seconds / steps for steps, seconds in chunk_timings[1:]]))
+  steps, seconds = chunk_timings[0]
+  return max(0.0, seconds - steps * pace)

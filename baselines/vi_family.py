@@ -95,6 +95,8 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                            summary_dir=os.path.join(output_dir, "summaries", trainer_name))
   metrics = {f"{trainer_name}_resumed_from_step": training.resumed_from_step}
   timings = {"train_seconds": training.train_seconds}
+  if training.setup_seconds is not None:
+    timings["train_setup_seconds"] = training.setup_seconds
   if method == "vi_equal_compute":
     total_steps = vi_steps + config.extra_vi_steps
     if config.extra_vi_steps:
@@ -131,6 +133,8 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
     metrics["elbo_start_members"] = refinement.initial_elbo_estimate
     timings["refine_seconds"] = refinement.timings["refine_seconds"]
     timings["refine_total_seconds"] = refinement.timings["total_seconds"]
+    if "trace_seconds" in refinement.timings:
+      timings["refine_setup_seconds"] = refinement.timings["trace_seconds"]
     if refinement.stage_elbo_aux is not None:
       timings["stage_elbo_seconds"] = refinement.timings["stage_elbo_seconds"]
   return ViFamilyRun(model=model, refinement=refinement, num_samples=config.eval_samples,

@@ -251,7 +251,8 @@ def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
        f"{tmp_path / 'shorter'}", f"--output_dir={tmp_path / 'figure'}"],
       capture_output=True, text=True, cwd=REPO, check=False)
   assert completed.returncode == 2
-  assert "refined_ts runs differ in --refine_steps: 500" in completed.stderr.strip().splitlines()[-1]
+  last_line = completed.stderr.strip().splitlines()[-1]
+  assert "refined_ts runs differ in --refine_steps: 500" in last_line
   assert not (tmp_path / "figure").exists()
 
 

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI
 def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
   """One round at tiny scale. The default (XLA) with and without the cache computes the same
   numbers (catches a cache that hands a run another computation); every part of the wall time
-  is positive (catches refinement's stage estimates counted twice, which the rest pays for)."""
+  is positive (catches refinement's stage estimates counted twice, which the rest pays for), and
+  so is each loop's set-up, a part of its loop's time."""
   uci_flags = ",".join([f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
                         "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=20",
-                        "--elbo_num_samples=1"])
+                        "--elbo_num_samples=1", "--steps_per_checkpoint=50"])
   completed = subprocess.run(
       [sys.executable, "-m", "benchmarks.uci_run_time", "--rounds=1",
        "--dataset=yacht_hydrodynamics", f"--output_dir={tmp_path}", f"--uci_flags={uci_flags}"],
@@ -26,11 +27,16 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "speed.json").read_text())["results"]
   assert set(results) == {"default", "one_thread", "compiled_refinement", "xla_cached",
-                          "uncompiled"}
+                          "xla_cached_compiled_refinement", "uncompiled"}
   assert results["xla_cached"]["test_mll"] == results["default"]["test_mll"]
+  assert (results["xla_cached_compiled_refinement"]["test_mll"]
+          == results["compiled_refinement"]["test_mll"])
   assert results["compiled_refinement"]["test_mll"] == pytest.approx(
       results["default"]["test_mll"], abs=1e-4)
   for row in results.values():
     for part in ("startup_seconds", "train_seconds", "refine_seconds", "other_seconds"):
       assert 0 < row[part] < row["wall_seconds"], (part, row)
+    # The first of VI's 4 chunks and of refinement's 2 stages trace (and compile) the loop.
+    assert 0 < row["train_setup_seconds"] < row["train_seconds"], row
+    assert 0 < row["refine_setup_seconds"] < row["refine_seconds"], row
   assert "| xla_cached |" in (tmp_path / "speed.md").read_text()
