@@ -70,21 +70,30 @@ def write_figure_and_table(records: Sequence, output_dir: str, report_interval: 
                         regret_table(records, report_interval))
 
 
-# Settings that do not change what a run of an agent computes for a seed.
-_PLUMBING_FLAGS = ("seeds", "agents", "replace_mismatched", "data_dir", "download",
-                   "steps_per_checkpoint", "regret_report_interval")
+# Settings a run's identity holds (`Config.identity`) that runs of one agent may differ in.
+_SEED_SETTINGS = ("seeds", "agents", "regret_report_interval")
 
 
 def _run_settings(run_dir: str) -> dict:
-  """The flags a run recorded in its results.json, without the plumbing ones."""
+  """The settings that shape a run's results, as its results.json recorded them (a setting the
+  record lacks counts as what runs made before it existed used)."""
   import json  # pylint: disable=import-outside-toplevel
+  from bandits.config import BanditConfig  # pylint: disable=import-outside-toplevel
+  from common.config import absent_values  # pylint: disable=import-outside-toplevel
   from common.results import RESULTS_FILENAME  # pylint: disable=import-outside-toplevel
   path = os.path.join(run_dir, RESULTS_FILENAME)
   if not os.path.exists(path):
     raise ValueError(f"{path} is missing; allowed: finished runs of bandits.main")
   with open(path) as handle:
     recorded = json.load(handle)["flags"]
-  return {name: value for name, value in recorded.items() if name not in _PLUMBING_FLAGS}
+  config = BanditConfig()
+  absent = absent_values(config)
+  settings = {}
+  for name in config.identity():
+    if name not in _SEED_SETTINGS:
+      value = recorded.get(name, absent[name])
+      settings[name] = list(value) if isinstance(value, tuple) else value
+  return settings
 
 
 def records_in(run_dirs: Sequence[str]) -> list:

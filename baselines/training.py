@@ -41,19 +41,20 @@ class TrainingResult:
   kl_trace: np.ndarray     # [num_steps, M?] the KL term at every step
   train_seconds: float     # wall time of all steps, including those of resumed earlier runs
   resumed_from_step: int   # 0 for a fresh run
-  # The first chunk's seconds beyond the pace of this call's later chunks: tracing and compiling
-  # the loop (None with fewer than two chunks).
+  # The first chunk's seconds in this call (a resumed run's earlier processes aside) beyond the
+  # pace of its later chunks: tracing and compiling the loop (None without a later chunk as long).
   setup_seconds: Optional[float] = None
 
 
 class _ScalarWriter:
   """`tf.summary` scalars of many steps written by one graph call: eager `tf.summary.scalar`
-  calls cost ~0.3 ms each (45 ms per 5,000 Boston steps, 3 ms in one call). One per summary
-  directory: a traced function keeps the writer it was traced with."""
+  calls cost ~0.3 ms each (45 ms per 5,000 Boston steps, 3 ms in one call). One per writer: a
+  traced function keeps the writer it was traced with."""
 
   def __init__(self, directory: str):
     self.writer = tf.summary.create_file_writer(directory)
-    self._write_rows = graph_function(self._rows_in_graph)
+    # Any number of rows, one trace.
+    self._write_rows = graph_function(self._rows_in_graph, reduce_retracing=True)
 
   def _rows_in_graph(self, steps: tf.Tensor, values: dict[str, tf.Tensor]) -> None:
     with self.writer.as_default():
@@ -69,6 +70,9 @@ class _ScalarWriter:
     self._write_rows(tf.constant(steps, tf.int64),
                      {tag: tf.constant(column, tf.float32) for tag, column in values.items()})
     self.writer.flush()
+
+  def close(self) -> None:
+    self.writer.close()
 
 
 class CheckpointedTraining:
@@ -165,6 +169,8 @@ class CheckpointedTraining:
         self._save(checkpoint_dir)
       progress.log(int(self.step.numpy()),
                    float(np.mean(trace[-min(len(trace), self.summary_every):])))
+    if writer is not None:
+      writer.close()
     trace = np.concatenate(self.traces)[:num_steps]
     kl_trace = np.concatenate(self.kl_traces)[:num_steps]
     return TrainingResult(trace=trace, kl_trace=kl_trace,
@@ -174,9 +180,13 @@ class CheckpointedTraining:
 
 
 def _setup_seconds(chunk_timings: list[tuple[int, float]]) -> Optional[float]:
-  """The first chunk's seconds beyond the median seconds per step of the later ones."""
-  if len(chunk_timings) < 2:
+  """The first chunk's seconds beyond the pace (seconds per step) of the later chunks at least as
+  long: a shorter one pays its per-call costs over fewer steps. None if there is none."""
+  if not chunk_timings:
     return None
-  pace = float(np.median([seconds / steps for steps, seconds in chunk_timings[1:]]))
-  steps, seconds = chunk_timings[0]
-  return max(0.0, seconds - steps * pace)
+  first_steps, first_seconds = chunk_timings[0]
+  comparable = [(steps, seconds) for steps, seconds in chunk_timings[1:] if steps >= first_steps]
+  if not comparable:
+    return None
+  pace = sum(seconds for _, seconds in comparable) / sum(steps for steps, _ in comparable)
+  return max(0.0, first_seconds - first_steps * pace)

@@ -141,6 +141,7 @@ def main(argv):
     overrides["seeds"] = tuple(int(seed) for seed in seeds)
   config = BanditConfig(horizon=flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps,
                         **overrides)
+  config.validate()
   mushrooms = mushroom.load(flags.FLAGS.data_dir or config.resolved_data_dir)
   started = time.perf_counter()
   metrics = measure(config, mushrooms, flags.FLAGS.steps, flags.FLAGS.rounds,
@@ -156,10 +157,14 @@ def main(argv):
   print(table)
 
 
+def _seeds_phrase(seeds) -> str:
+  return f"seed {seeds[0]}" if len(seeds) == 1 else f"{len(seeds)} seeds at once"
+
+
 def speed_table(metrics: dict, horizon: int, config: BanditConfig) -> str:
   """speed.md: one row per loop and agent."""
   lines = [f"# Mushroom-bandit agents, {config.update_steps} update and {config.refine_steps} "
-           f"refinement steps, {len(config.seeds)} seeds at once: speed per loop\n",
+           f"refinement steps, {_seeds_phrase(config.seeds)}: speed per loop\n",
            f"Command: `python -m benchmarks.bandit_speed {' '.join(sys.argv[1:])}`\n",
            "| loop | agent | bandit steps/s | update ms/Adam step | refine ms/Adam step "
            f"| hours for {horizon:,} steps |", "|---|---|---|---|---|---|"]

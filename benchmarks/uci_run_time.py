@@ -25,6 +25,7 @@ compiled); the uncompiled one's differs by the chunking of its random streams.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -66,11 +67,22 @@ def run_binary(arguments: list[str], output_dir: str) -> dict:
   refine = timings.get("refine_total_seconds", 0.0)   # stage estimates included
   return {"wall_seconds": wall, "startup_seconds": wall - timings["total_seconds"],
           "train_seconds": timings["train_seconds"],
-          "train_setup_seconds": timings.get("train_setup_seconds", 0.0),
+          # Not recorded for a loop run as one chunk (then NaN, printed as "-").
+          "train_setup_seconds": timings.get("train_setup_seconds", math.nan),
           "refine_seconds": refine,
-          "refine_setup_seconds": timings.get("refine_setup_seconds", 0.0),
+          "refine_setup_seconds": timings.get("refine_setup_seconds", math.nan),
           "other_seconds": timings["total_seconds"] - timings["train_seconds"] - refine,
           "test_mll": results["metrics"]["test_mll"]}
+
+
+def _median(values) -> float:
+  """The median, NaN if any value is (a part some run did not record)."""
+  values = list(values)
+  return math.nan if any(math.isnan(v) for v in values) else statistics.median(values)
+
+
+def _seconds(value: float) -> str:
+  return "-" if math.isnan(value) else f"{value:.1f}"
 
 
 def main(argv):
@@ -96,7 +108,7 @@ def main(argv):
             arguments(variant), os.path.join(scratch, f"{variant}_{round_number}")))
   columns = ("wall_seconds", "startup_seconds", "train_seconds", "train_setup_seconds",
              "refine_seconds", "refine_setup_seconds", "other_seconds")
-  results = {variant: {**{column: statistics.median(r[column] for r in runs)
+  results = {variant: {**{column: _median(r[column] for r in runs)
                           for column in columns},
                        "wall_seconds_rounds": [r["wall_seconds"] for r in runs],
                        "test_mll": runs[0]["test_mll"]} for variant, runs in samples.items()}
@@ -111,10 +123,8 @@ def main(argv):
            "| of which set-up | rest | test MLL |",
            "|---|---|---|---|---|---|---|---|---|"]
   for variant, row in results.items():
-    lines.append(f"| {variant} | {row['wall_seconds']:.1f} | {row['startup_seconds']:.1f} | "
-                 f"{row['train_seconds']:.1f} | {row['train_setup_seconds']:.1f} | "
-                 f"{row['refine_seconds']:.1f} | {row['refine_setup_seconds']:.1f} | "
-                 f"{row['other_seconds']:.1f} | {row['test_mll']:.4f} |")
+    cells = [_seconds(row[column]) for column in columns]
+    lines.append(f"| {variant} | {' | '.join(cells)} | {row['test_mll']:.4f} |")
   text = "\n".join(lines) + "\n"
   write_text_atomically(os.path.join(options.output_dir, "speed.md"), text)
   print(text)

@@ -67,7 +67,8 @@ class DeviceConfig(Config):
       absent_means=0)
   jit_compile_refinement: bool = setting(
       True, "With --jit_compile: compile refinement's chunks too. Off for the UCI network, where "
-      "compiling a refinement (~2 s) costs more than its 1,000 steps save.", shapes=NOTHING)
+      "compiling a refinement (1-2 s) costs about what its 1,000 steps save "
+      "(benchmarks.uci_run_time).", shapes=NOTHING)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "

@@ -51,6 +51,7 @@ def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
     (["--agents=vi_ts,greedy"], "--agents=vi_ts,greedy: allowed: some of refined_ts"),
     (["--steps=0"], "steps=0 must be >= 1"),
     (["--seeds=0,-1"], "--seeds=0,-1: allowed: non-negative integers"),
+    (["--seeds=1,1"], "seeds=1,1 repeats a value"),
 ])
 def test_bad_flags_are_one_line_and_write_nothing(tmp_path, flags, message):
   completed = _run(tmp_path / "out", *flags)

@@ -16,6 +16,7 @@ from baselines import deep_ensemble, mnf
 from baselines.config import MethodConfig
 from baselines.learning_rate import LearningRateSchedule
 from baselines.methods import Networks, train_method
+from baselines import training
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
@@ -86,7 +87,7 @@ def test_a_learning_rate_schedule_steps_down_at_its_boundaries_and_survives_a_re
 
 def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
   trainer = _trainer()
-  result = trainer.train(600, summary_dir=str(tmp_path))
+  result = trainer.train(605, summary_dir=str(tmp_path))
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
   summaries = tf.compat.v1.train.summary_iterator(
       glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
@@ -95,9 +96,10 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
     for value in event.summary.value:
       written.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
   assert set(written) == {"elbo", "kl", "expected_log_likelihood"}
-  # Every summary_every-th step (10) of the 600; written in one graph call per chunk, whose
-  # loop would silently drop its summary ops or shift the steps without this check.
-  steps = np.arange(10, 601, 10)
+  # Every summary_every-th step (10) and the last one of a chunk (605, of a 5-step chunk);
+  # written in one graph call per chunk, whose loop would silently drop its summary ops or
+  # shift the steps without this check.
+  steps = np.append(np.arange(10, 601, 10), 605)
   for tag, expected in [("elbo", result.trace), ("kl", result.kl_trace),
                         ("expected_log_likelihood", result.trace + result.kl_trace)]:
     assert sorted(written[tag]) == list(steps), tag
@@ -106,6 +108,15 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
   assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
   noise = trainer.maximizer.model.layers[-1].noise_scale.numpy()[0]
   assert noise < 0.8   # falling from its initial 1.0 towards the data's 0.1
+
+
+@pytest.mark.parametrize("chunks, expected", [
+    ([(100, 3.0), (100, 1.0), (100, 1.0)], 2.0),
+    ([(100, 3.0), (100, 1.0), (10, 0.5)], 2.0),   # a short last chunk: per-call costs, not pace
+    ([(100, 0.9), (100, 1.0)], 0.0),
+    ([(100, 3.0)], None), ([(100, 3.0), (50, 0.5)], None), ([], None)])
+def test_setup_seconds_is_the_first_chunks_time_beyond_the_later_pace(chunks, expected):
+  assert training._setup_seconds(chunks) == expected
 
 
 def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
