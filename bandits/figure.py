@@ -18,23 +18,29 @@ FIGURE_FILENAME = "figure5_cumulative_regret.png"
 TABLE_FILENAME = "figure5_cumulative_regret.md"
 
 
+def _seed_count(seeds: Sequence[int]) -> str:
+  return f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
+
+
 def draw_figure(records: Sequence, path: str, title: str = "Mushroom bandit") -> None:
   """Cumulative expected regret of every line of `records` (RegretRecord), mean +- std."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
   figure, axes = pyplot.subplots(figsize=(6.4, 4.2))
+  same_seeds = len({tuple(record.seeds) for record in records}) == 1
   for record in records:
     cumulative = record.cumulative()
     steps = np.arange(1, cumulative.shape[-1] + 1)
     for index, name in enumerate(record.line_names):
       mean, std = cumulative[:, index].mean(axis=0), cumulative[:, index].std(axis=0)
-      line, = axes.plot(steps, mean, label=name)
+      label = name if same_seeds else f"{name} ({_seed_count(record.seeds)})"
+      line, = axes.plot(steps, mean, label=label)
       axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-  seeds = sorted({seed for record in records for seed in record.seeds})
   axes.set_xlabel("step")
   axes.set_ylabel("cumulative expected regret")
-  axes.set_title(f"{title} ({len(seeds)} seeds, mean ± std)")
+  over = _seed_count(records[0].seeds) if same_seeds else "each line's seeds"
+  axes.set_title(f"{title} (mean ± std over {over})")
   axes.legend()
   axes.grid(alpha=0.3)
   save_figure(figure, path)
@@ -47,12 +53,12 @@ def regret_table(records: Sequence, report_interval: int) -> str:
   horizon = max(record.expected_regret.shape[-1] for record in records)
   from bandits.interaction import reported_steps  # pylint: disable=import-outside-toplevel
   steps = reported_steps(horizon, report_interval)
-  header = ["agent"] + [f"{step:,}" for step in steps] + ["realised, final"]
+  header = ["agent", "seeds"] + [f"{step:,}" for step in steps] + ["realised, final"]
   rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for record in records:
     expected, realised = record.cumulative(), record.cumulative(realised=True)
     for index, name in enumerate(record.line_names):
-      cells = [name]
+      cells = [name, ",".join(map(str, record.seeds))]
       for step in steps:
         if step <= expected.shape[-1]:
           values = expected[:, index, step - 1]

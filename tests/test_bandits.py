@@ -242,6 +242,10 @@ def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
   for name in ("actions", "rewards", "expected_regret", "realised_regret"):
     np.testing.assert_array_equal(
         getattr(merged, name), np.concatenate([getattr(early, name), getattr(late, name)]))
+  table = bandit_figure.regret_table(records, report_interval=7)
+  assert "| refined_ts | 0,1,3 |" in table and "| vi_ts | 0 |" in table
+  bandit_figure.draw_figure(records, str(tmp_path / "figure.png"))   # lines of unequal seeds
+  assert (tmp_path / "figure.png").exists()
   _bandit_run_dir(tmp_path / "again", [1, 2])
   with pytest.raises(ValueError, match="repeat"):
     bandit_figure.records_in([str(tmp_path / "early"), str(tmp_path / "again")])
