@@ -80,7 +80,7 @@ def write_figure_and_table(records: Sequence, output_dir: str, report_interval: 
 _SEED_SETTINGS = ("seeds", "agents", "regret_report_interval")
 
 
-def _run_settings(run_dir: str) -> dict:
+def run_settings(run_dir: str) -> dict:
   """The settings that shape a run's results, as its results.json recorded them (a setting the
   record lacks counts as what runs made before it existed used)."""
   import json  # pylint: disable=import-outside-toplevel
@@ -114,7 +114,7 @@ def records_in(run_dirs: Sequence[str]) -> list:
     runs = [run_dir for run_dir in run_dirs
             if os.path.exists(os.path.join(run_dir, RECORD_FILENAME.format(agent=agent)))]
     if len(runs) > 1:
-      settings = [_run_settings(run_dir) for run_dir in runs]
+      settings = [run_settings(run_dir) for run_dir in runs]
       for run_dir, other in zip(runs[1:], settings[1:]):
         differing = sorted(name for name in settings[0].keys() | other.keys()
                            if settings[0].get(name) != other.get(name))

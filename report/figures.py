@@ -133,36 +133,77 @@ def figure4(results_dir: str, output_dir: str) -> str:
       "\nThe paper's Figure 4 is LeNet-5 on CIFAR-10; ours are the datasets above.\n")
 
 
+def _bandit_run_groups(results_dir: str) -> list[list[str]]:
+  """Folders of bandit runs that left regret records, grouped by the settings that shape their
+  results (an agent run seed by seed, other agents elsewhere: one group), paper scale first."""
+  from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
+  groups: dict[str, list[str]] = {}
+  for path in results_loader.find_files(results_dir, "regret_*.npz"):
+    folder = os.path.dirname(path)
+    key = repr(sorted(bandit_figure.run_settings(folder).items()))
+    if folder not in groups.setdefault(key, []):
+      groups[key].append(folder)
+  return sorted(groups.values(),
+                key=lambda folders: not _paper_scale(bandit_figure.run_settings(folders[0])))
+
+
+def _paper_scale(flags: dict) -> bool:
+  return flags["update_steps"] == 500 and flags["refine_steps"] == 500 and flags["horizon"] >= 5000
+
+
+def _regret_verdict(records) -> str:
+  """Which line has the lowest final cumulative regret, on the seeds every line has."""
+  common = set.intersection(*(set(record.seeds) for record in records))
+  if sum(len(record.line_names) for record in records) < 2:
+    return "one line so far: no ordering to check yet."
+  if not common:
+    return "no seed is shared by every line: no ordering to check yet."
+  finals = {}
+  for record in records:
+    rows = [row for row, seed in enumerate(record.seeds) if seed in common]
+    for index, name in enumerate(record.line_names):
+      finals[name] = float(record.cumulative()[rows, index, -1].mean())
+  on = ""
+  if any(set(record.seeds) != common for record in records):
+    on = (f" (on seed{'s' if len(common) > 1 else ''} {', '.join(map(str, sorted(common)))}, "
+          "the ones every line has)")
+  best = min(finals, key=finals.get)
+  if best == "refined_ts":
+    return f"refined_ts has the lowest{on}, as in the paper."
+  if "refined_ts" not in finals:
+    return f"{best} is lowest{on}."
+  return (f"the paper's ordering does not show{on}: {best} is lowest, refined_ts "
+          f"{_count(round(finals['refined_ts']))} against {best}'s {_count(round(finals[best]))}.")
+
+
 def figure5(results_dir: str, output_dir: str) -> str:
-  """Thompson sampling on the mushroom bandit: each Figure 5 run's plot, table and settings."""
+  """Thompson sampling on the mushroom bandit: per group of runs made with the same settings (an
+  agent's seeds may come from several runs), its plot, table, settings and verdict."""
+  from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
   title = "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\n"
   parts = []
-  for path in results_loader.find_files(results_dir, "figure5_cumulative_regret.png"):
-    folder = os.path.dirname(path)
-    run = next(iter(results_loader.load_runs(folder, "bandits")), None)
-    if run is None:
-      continue
-    flags, final = run.payload["flags"], run.payload["metrics"]["cumulative_regret"]
-    table_path = os.path.join(folder, "figure5_cumulative_regret.md")
-    table = ""
-    if os.path.exists(table_path):
-      with open(table_path) as stream:
-        table = stream.read().strip()
-    best = min(final, key=final.get)
-    paper_scale = flags["update_steps"] == 500 and flags["refine_steps"] == 500 and flags[
-        "horizon"] >= 5000
-    scale = ("the paper's settings" if paper_scale else
+  for number, folders in enumerate(_bandit_run_groups(results_dir), 1):
+    flags = results_loader.load_runs(folders[0], "bandits")[0].payload["flags"]
+    records = bandit_figure.records_in(folders)
+    if len(folders) == 1:
+      path = os.path.join(folders[0], bandit_figure.FIGURE_FILENAME)
+    else:
+      os.makedirs(output_dir, exist_ok=True)
+      path = os.path.join(output_dir, f"figure5_runs_{number}.png")
+      bandit_figure.draw_figure(records, path)
+    table = bandit_figure.regret_table(records, flags["regret_report_interval"]).strip()
+    scale = ("the paper's settings" if _paper_scale(flags) else
              f"a reduced schedule ({flags['update_steps']} update and {flags['refine_steps']} "
              f"refinement steps per bandit step, {flags['horizon']:,} steps; the paper: 500, "
              "500 and 5,000)")
-    verdict = ("refined_ts has the lowest, as in the paper." if best == "refined_ts" else
-               f"the paper's ordering does not show: {best} is lowest, refined_ts "
-               f"{_count(int(final['refined_ts']))} against {best}'s "
-               f"{_count(int(final[best]))}." if "refined_ts" in final else "")
+    seconds = sum(run.payload.get("timings", {}).get("total_seconds", 0.0)
+                  for folder in folders for run in results_loader.load_runs(folder, "bandits"))
+    runs = ", ".join(f"`{os.path.relpath(folder, results_dir)}`" for folder in folders)
     parts.append(
-        f"{_image(path, output_dir, 'Figure 5')}\n\n{table}\n\n"
-        f"Cumulative expected regret, mean ± std over seeds {flags['seeds']}, at {scale}. "
-        f"Final: {verdict}{_run_time(run)}\n")
+        f"{_image(path, output_dir, 'Figure 5') or ''}\n\n{table}\n\n"
+        f"Cumulative expected regret, mean ± std over each line's seeds (the table's seeds "
+        f"column), at {scale}; from {runs}. Final: {_regret_verdict(records)} Machine time "
+        f"{seconds / 3600:.1f} h.\n")
   if not parts:
     return title + "Not run yet.\n"
   return title + "\n".join(parts) + (
