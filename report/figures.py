@@ -165,8 +165,9 @@ def _regret_verdict(records) -> str:
       finals[name] = float(record.cumulative()[rows, index, -1].mean())
   on = ""
   if any(set(record.seeds) != common for record in records):
-    on = (f" (on seed{'s' if len(common) > 1 else ''} {', '.join(map(str, sorted(common)))}, "
-          "the ones every line has)")
+    seeds = ", ".join(map(str, sorted(common)))
+    on = (f" (on seeds {seeds}, the ones every line has)" if len(common) > 1 else
+          f" (on seed {seeds}, the only one every line has)")
   best = min(finals, key=finals.get)
   if best == "refined_ts":
     return f"refined_ts has the lowest{on}, as in the paper."

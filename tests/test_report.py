@@ -160,7 +160,7 @@ def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results,
   assert (output / "figure5_runs_1.png").exists()
   assert "| refined_ts | 1 |" in paper_part and "| vi_ts | 0,1 |" in paper_part
   assert "at the paper's settings" in paper_part
-  assert ("refined_ts has the lowest (on seed 1, the ones every line has), as in the paper."
+  assert ("refined_ts has the lowest (on seed 1, the only one every line has), as in the paper."
           in paper_part)
   differences = text.split("## Where we differ and why")[1]
   assert "Refined VI's mean MLL ≥ VI's on 0 of 1 datasets (not: fashion_mnist hybrid_bn)" in (
