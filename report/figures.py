@@ -137,14 +137,18 @@ def _bandit_run_groups(results_dir: str) -> list[list[str]]:
   """Folders of bandit runs that left regret records, grouped by the settings that shape their
   results (an agent run seed by seed, other agents elsewhere: one group), paper scale first."""
   from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
-  groups: dict[str, list[str]] = {}
+  from common.results import RESULTS_FILENAME  # pylint: disable=import-outside-toplevel
+  groups: dict[str, tuple[dict, list[str]]] = {}
   for path in results_loader.find_files(results_dir, "regret_*.npz"):
     folder = os.path.dirname(path)
-    key = repr(sorted(bandit_figure.run_settings(folder).items()))
-    if folder not in groups.setdefault(key, []):
-      groups[key].append(folder)
-  return sorted(groups.values(),
-                key=lambda folders: not _paper_scale(bandit_figure.run_settings(folders[0])))
+    if not os.path.exists(os.path.join(folder, RESULTS_FILENAME)):
+      continue   # a run stopped between its agents: not finished, not counted
+    settings = bandit_figure.run_settings(folder)
+    _, folders = groups.setdefault(repr(sorted(settings.items())), (settings, []))
+    if folder not in folders:
+      folders.append(folder)
+  return [folders for settings, folders in
+          sorted(groups.values(), key=lambda group: not _paper_scale(group[0]))]
 
 
 def _paper_scale(flags: dict) -> bool:

@@ -142,6 +142,9 @@ def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results,
   paper_scale = results / "bandits" / "mushroom"
   _bandit_run(paper_scale / "vi_ts", {"vi_ts": 9000.0}, seeds=[0, 1])
   _bandit_run(paper_scale / "refined_ts" / "seed_1", {"refined_ts": 5000.0}, seeds=[1])
+  # A run stopped between its agents (a record, no results.json) is not counted.
+  _bandit_run(paper_scale / "stopped", {"eps_greedy": 1.0}, seeds=[1])
+  os.remove(paper_scale / "stopped" / "results.json")
   output = tmp_path / "report"
   text = open(report.write_report(str(results), str(output))).read()
   table3 = text.split("## Table 3")[1].split("## Figure 5")[0]
