@@ -142,8 +142,10 @@ class CheckpointedTraining:
                                "kl": kl, "expected_log_likelihood": objective + kl})
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
-            summary_dir: Optional[str] = None) -> TrainingResult:
-    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if further along."""
+            summary_dir: Optional[str] = None,
+            after_chunk: Optional[Callable[[], None]] = None) -> TrainingResult:
+    """Trains until `num_steps` steps in total, resuming from `checkpoint_dir` if further along;
+    calls `after_chunk()` after every chunk (e.g. to start work once the loop has compiled)."""
     num_steps = check_integer("num_steps", num_steps)
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
@@ -169,6 +171,8 @@ class CheckpointedTraining:
         self._save(checkpoint_dir)
       progress.log(int(self.step.numpy()),
                    float(np.mean(trace[-min(len(trace), self.summary_every):])))
+      if after_chunk is not None:
+        after_chunk()
     if writer is not None:
       writer.close()
     trace = np.concatenate(self.traces)[:num_steps]

@@ -12,7 +12,9 @@ VOGN methods share its `vogn` subdirectory.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 from typing import Callable, Optional
 
@@ -21,9 +23,10 @@ import tensorflow as tf
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo_terms
 from auxiliary_sampling.predictive import posterior_draws
-from auxiliary_sampling.refine import RefinementResult, refine
+from auxiliary_sampling.refine import RefinementResult, Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
+from baselines.background import BackgroundWork
 from baselines.config import EXTRA_VI, REFINED, VI, VI_FAMILY, VOGN, VOGN_FAMILY, MethodConfig
 from baselines.learning_rate import LearningRateSchedule
 from baselines.training import InputTransform, Penalty
@@ -90,13 +93,33 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                                penalty=penalty, input_transform=input_transform,
                                optimizer=config.vi_optimizer, momentum=config.vi_momentum,
                                weight_noise=config.vi_weight_noise)
+  refiner = None
+  if method in REFINED:
+    penalty_fn = None
+    if penalty is not None and config.refit_deterministic:
+      def penalty_fn(members):
+        return num_examples * penalty(members)
+    refiner = Refiner(model_fn, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
+                      batch_size=config.batch_size, weight_noise=config.refine_weight_noise,
+                      refit_deterministic=config.refit_deterministic, penalty_fn=penalty_fn,
+                      input_transform=input_transform)
   vi_steps = config.num_steps(VI, num_examples)
-  training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(trainer_name),
-                           summary_dir=os.path.join(output_dir, "summaries", trainer_name))
-  metrics = {f"{trainer_name}_resumed_from_step": training.resumed_from_step}
-  timings = {"train_seconds": training.train_seconds}
-  if training.setup_seconds is not None:
-    timings["train_setup_seconds"] = training.setup_seconds
+  # The refiner traces (and compiles) on a second thread while VI trains, from the end of VI's
+  # first chunk (its own tracing and compiling done): the two traces would only take turns.
+  preparation = None
+  if refiner is not None and config.prepare_refinement:
+    preparation = BackgroundWork(
+        functools.partial(refiner.prepare, elbo_num_samples=config.elbo_num_samples))
+  with preparation or contextlib.nullcontext():
+    training = trainer.train(vi_steps, checkpoint_dir=checkpoint_dir_fn(trainer_name),
+                             summary_dir=os.path.join(output_dir, "summaries", trainer_name),
+                             after_chunk=preparation and preparation.start)
+    metrics = {f"{trainer_name}_resumed_from_step": training.resumed_from_step}
+    timings = {"train_seconds": training.train_seconds}
+    if training.setup_seconds is not None:
+      timings["train_setup_seconds"] = training.setup_seconds
+    if preparation is not None:
+      timings["refine_prepare_seconds"] = preparation.result()
   if method == "vi_equal_compute":
     total_steps = vi_steps + config.extra_vi_steps
     if config.extra_vi_steps:
@@ -112,20 +135,12 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                  elbo_expected_log_likelihood=float(terms.expected_log_likelihood),
                  elbo_kl=float(terms.kl))
   refinement = None
-  if method in REFINED:
-    penalty_fn = None
-    if penalty is not None and config.refit_deterministic:
-      def penalty_fn(members):
-        return num_examples * penalty(members)
-    refinement = refine(
-        model_fn, model, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
-        schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
+  if refiner is not None:
+    refinement = refiner.refine(
+        model, schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
         steps_per_auxiliary=config.steps_per_auxiliary,
-        learning_rate_rule=config.refine_learning_rate_rule, batch_size=config.batch_size,
-        seed=config.seed, elbo_num_samples=config.elbo_num_samples,
-        weight_noise=config.refine_weight_noise, stage_elbo_aux=config.stage_elbo_aux,
-        refit_deterministic=config.refit_deterministic, penalty_fn=penalty_fn,
-        input_transform=input_transform)
+        learning_rate_rule=config.refine_learning_rate_rule, seed=config.seed,
+        elbo_num_samples=config.elbo_num_samples, stage_elbo_aux=config.stage_elbo_aux)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_aux_expected_log_likelihood"] = float(np.mean(refinement.expected_log_likelihood))

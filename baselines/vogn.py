@@ -30,7 +30,7 @@ use it unchanged.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -259,9 +259,10 @@ class VognTrainer(CheckpointedTraining):
                      summary_every=summary_every, name="vogn")
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
-            summary_dir: Optional[str] = None):
+            summary_dir: Optional[str] = None, after_chunk: Optional[Callable[[], None]] = None):
     """As `CheckpointedTraining.train`; a fresh run first initialises s from one minibatch."""
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
     self.maximizer.initialise_curvature()
-    return super().train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)
+    return super().train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir,
+                         after_chunk=after_chunk)

@@ -4,10 +4,14 @@ Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a
 in interleaved rounds (median reported):
   default       the binary's defaults: TensorFlow's intra-op threads (every core), VI's chunks
                 of 100 steps compiled by XLA (--jit_compile --noise_chunk_steps=100),
-                refinement's drawn the same way but not compiled;
-  one_thread    the same with --intra_op_threads=1 (what each of run_table.sh's parallel jobs
-                gets);
-  compiled_refinement  the same with refinement's chunks compiled (--jit_compile_refinement);
+                refinement's drawn the same way, traced on a second thread while VI trains
+                (--prepare_refinement);
+  not_prepared  the same with refinement traced when it starts (--noprepare_refinement);
+  one_thread    the same as default with --intra_op_threads=1 (what each of run_table.sh's
+                parallel jobs gets);
+  compiled_refinement  the default with refinement's chunks compiled too
+                (--jit_compile_refinement), the compiling done beside VI;
+  compiled_refinement_not_prepared  the same, compiled when refinement starts;
   xla_cached    the same with --xla_cache_dir, its cache filled by an untimed run first (a rerun,
                 another seed or method of the same shapes);
   xla_cached_compiled_refinement  both: refinement's compile is paid once per shape;
@@ -16,7 +20,8 @@ in interleaved rounds (median reported):
 The binary's own timings split the wall time: start-up is what passes before its clock starts
 (Python, TensorFlow's import and device set-up), then VI training, refinement (stage estimates
 included) and the rest (data, ELBO estimates, evaluation, writing). Each loop's set-up is its
-first call's time beyond the pace of its later calls: tracing and compiling it. Every XLA
+first call's time beyond the pace of its later calls: tracing and compiling it; a refinement
+prepared beside VI reports how long that took on its thread (overlapping VI's time). Every XLA
 variant sees the same numbers, so their test MLL agrees (to round-off where refinement is
 compiled); the uncompiled one's differs by the chunking of its random streams.
 
@@ -39,8 +44,12 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-VARIANTS = {"default": (), "one_thread": ("--intra_op_threads=1",),
-            "compiled_refinement": ("--jit_compile_refinement",), "xla_cached": (),
+VARIANTS = {"default": (), "not_prepared": ("--noprepare_refinement",),
+            "one_thread": ("--intra_op_threads=1",),
+            "compiled_refinement": ("--jit_compile_refinement",),
+            "compiled_refinement_not_prepared": ("--jit_compile_refinement",
+                                                 "--noprepare_refinement"),
+            "xla_cached": (),
             "xla_cached_compiled_refinement": ("--jit_compile_refinement",),
             "uncompiled": ("--nojit_compile", "--noise_chunk_steps=0")}
 
@@ -71,6 +80,8 @@ def run_binary(arguments: list[str], output_dir: str) -> dict:
           "train_setup_seconds": timings.get("train_setup_seconds", math.nan),
           "refine_seconds": refine,
           "refine_setup_seconds": timings.get("refine_setup_seconds", math.nan),
+          # On the second thread, during VI (NaN when refinement was not prepared).
+          "refine_prepare_seconds": timings.get("refine_prepare_seconds", math.nan),
           "other_seconds": timings["total_seconds"] - timings["train_seconds"] - refine,
           "test_mll": results["metrics"]["test_mll"]}
 
@@ -107,7 +118,7 @@ def main(argv):
         samples[variant].append(run_binary(
             arguments(variant), os.path.join(scratch, f"{variant}_{round_number}")))
   columns = ("wall_seconds", "startup_seconds", "train_seconds", "train_setup_seconds",
-             "refine_seconds", "refine_setup_seconds", "other_seconds")
+             "refine_seconds", "refine_setup_seconds", "refine_prepare_seconds", "other_seconds")
   results = {variant: {**{column: _median(r[column] for r in runs)
                           for column in columns},
                        "wall_seconds_rounds": [r["wall_seconds"] for r in runs],
@@ -120,8 +131,8 @@ def main(argv):
            f"Command: `{command}` (median of {options.rounds} interleaved rounds, each run a "
            "fresh `python -m uci.main`)", "",
            "| variant | wall (s) | start-up | VI training | of which set-up | refinement "
-           "| of which set-up | rest | test MLL |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| of which set-up | prepared beside VI | rest | test MLL |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for variant, row in results.items():
     cells = [_seconds(row[column]) for column in columns]
     lines.append(f"| {variant} | {' | '.join(cells)} | {row['test_mll']:.4f} |")

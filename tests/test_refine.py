@@ -5,11 +5,12 @@ import tensorflow as tf
 import tf_keras
 from scipy.stats import multivariate_normal
 
-from auxiliary_sampling.elbo_estimate import estimate_elbo
+from auxiliary_sampling.elbo_estimate import _summed_log_likelihood, estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from baselines.background import BackgroundWork
 from baselines.vi import train_mean_field
 
 NOISE = 1.0
@@ -183,6 +184,39 @@ def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
         np.testing.assert_array_equal(a, b.numpy())
   assert refiner.maximizer.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10),
+                                  LoopSettings(jit_compile=True, noise_chunk_steps=10)])
+def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tracing(loop):
+  """`prepare()` on a second thread (as run_vi_family runs it while VI trains), then `refine`:
+  the result equals a fresh refine() bit for bit, and the refine call traced nothing: the loop,
+  the conditioning and the ELBO estimate were traced (and compiled) by `prepare`. Catches
+  state that the preparation leaves behind (its conditioning, Adam moments, a stream's counter)
+  and a preparation that traces the ELBO estimate with other settings than refine's (planted:
+  prepare estimating with batches of 512 retraces it in refine; fails)."""
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, seed=3)
+  with loop_settings_scope(loop):
+    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
+    with BackgroundWork(refiner.prepare) as preparation:
+      preparation.start()
+      assert preparation.result() > 0
+    elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
+    prepared = refiner.refine(trained, **settings)
+    assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
+    fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                   **settings)
+  np.testing.assert_array_equal(prepared.elbo_aux, fresh.elbo_aux)
+  np.testing.assert_array_equal(prepared.trace, fresh.trace)
+  for a, b in zip(prepared.model.trainable_variables, fresh.model.trainable_variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  assert refiner._condition.experimental_get_tracing_count() == 1
+  if loop.jit_compile:
+    assert refiner.maximizer._compiled_chunk.experimental_get_tracing_count() == 1
 
 
 def test_every_auxiliary_variable_starts_a_fresh_adam():

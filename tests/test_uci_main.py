@@ -203,6 +203,21 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   assert results["machine"]["intra_op_threads"] == 2
 
 
+def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
+  """By default the refiner is traced on a second thread while VI trains (from VI's second
+  chunk); the run's numbers are those of tracing it when refinement starts, exactly. Catches a
+  preparation that changes the run: members built or streams drawn in another order, state the
+  preparation leaves in the members, VI's numbers disturbed by the second thread."""
+  runs = {}
+  for prepare in (True, False):
+    config = UciConfig(method="refined_vi", prepare_refinement=prepare, **TINY)
+    uci_main.train_and_evaluate(config, str(tmp_path / str(prepare)))
+    runs[prepare] = json.loads((tmp_path / str(prepare) / "results.json").read_text())
+  assert runs[True]["metrics"] == runs[False]["metrics"]
+  assert runs[True]["timings"]["refine_prepare_seconds"] > 0
+  assert "refine_prepare_seconds" not in runs[False]["timings"]
+
+
 def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
   """UCI compiles VI's chunks but not refinement's (`--nojit_compile_refinement`, its default):
   XLA's persistent cache shows what was compiled, one computation fewer than with

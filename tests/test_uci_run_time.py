@@ -1,5 +1,6 @@
 """benchmarks.uci_run_time: a whole UCI run per loop setting, split into its parts."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,9 +15,10 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI
 
 def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
   """One round at tiny scale. The default (XLA) with and without the cache computes the same
-  numbers (catches a cache that hands a run another computation); every part of the wall time
-  is positive (catches refinement's stage estimates counted twice, which the rest pays for), and
-  so is each loop's set-up, a part of its loop's time."""
+  numbers (catches a cache that hands a run another computation), and so does a refinement
+  prepared beside VI and one traced when it starts; every part of the wall time is positive
+  (catches refinement's stage estimates counted twice, which the rest pays for), and so is each
+  loop's set-up, a part of its loop's time, or a prepared refinement's time beside VI."""
   uci_flags = ",".join([f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
                         "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=20",
                         "--elbo_num_samples=1", "--steps_per_checkpoint=50"])
@@ -26,17 +28,26 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
       capture_output=True, text=True, check=False, cwd=REPO)
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "speed.json").read_text())["results"]
-  assert set(results) == {"default", "one_thread", "compiled_refinement", "xla_cached",
+  assert set(results) == {"default", "not_prepared", "one_thread", "compiled_refinement",
+                          "compiled_refinement_not_prepared", "xla_cached",
                           "xla_cached_compiled_refinement", "uncompiled"}
   assert results["xla_cached"]["test_mll"] == results["default"]["test_mll"]
+  assert results["not_prepared"]["test_mll"] == results["default"]["test_mll"]
+  assert (results["compiled_refinement_not_prepared"]["test_mll"]
+          == results["compiled_refinement"]["test_mll"])
   assert (results["xla_cached_compiled_refinement"]["test_mll"]
           == results["compiled_refinement"]["test_mll"])
   assert results["compiled_refinement"]["test_mll"] == pytest.approx(
       results["default"]["test_mll"], abs=1e-4)
-  for row in results.values():
+  for variant, row in results.items():
     for part in ("startup_seconds", "train_seconds", "refine_seconds", "other_seconds"):
       assert 0 < row[part] < row["wall_seconds"], (part, row)
-    # The first of VI's 4 chunks and of refinement's 2 stages trace (and compile) the loop.
+    # The first of VI's 4 chunks and of refinement's 2 stages trace (and compile) the loop,
+    # unless the refinement was prepared beside VI (on the second thread, within VI's time).
     assert 0 < row["train_setup_seconds"] < row["train_seconds"], row
-    assert 0 < row["refine_setup_seconds"] < row["refine_seconds"], row
+    if variant.endswith("not_prepared"):
+      assert 0 < row["refine_setup_seconds"] < row["refine_seconds"], row
+      assert math.isnan(row["refine_prepare_seconds"]), row
+    else:
+      assert row["refine_prepare_seconds"] > 0, row
   assert "| xla_cached |" in (tmp_path / "speed.md").read_text()

@@ -1,0 +1,51 @@
+"""baselines.background: work on a second thread, under its maker's strategy and settings."""
+import threading
+
+import pytest
+import tensorflow as tf
+
+from auxiliary_sampling.loop_settings import (LoopSettings, current_loop_settings,
+                                             loop_settings_scope)
+from baselines.background import BackgroundWork
+
+
+def test_the_work_runs_under_its_makers_loop_settings_and_strategy():
+  """Loop settings are context variables and a strategy's scope is per thread: a new thread has
+  neither. Catches work run outside its maker's context (planted: `self._work()` instead of
+  `self._context.run(self._work)` returns the default settings; fails), which would build a
+  refiner's maximiser with other loops than the run's."""
+  settings = LoopSettings(jit_compile=True, noise_chunk_steps=7)
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  with loop_settings_scope(settings), strategy.scope():
+    work = BackgroundWork(lambda: (current_loop_settings(), tf.distribute.get_strategy(),
+                                   threading.current_thread()))
+  with work:
+    seen_settings, seen_strategy, thread = work.result()
+  assert seen_settings == settings
+  assert seen_strategy is strategy
+  assert thread is not threading.current_thread()
+
+
+def test_the_work_waits_for_start_runs_once_and_raises_what_it_raised():
+  calls = []
+  started = threading.Event()
+
+  def work():
+    calls.append(1)
+    started.set()
+    raise ValueError("the work's own error")
+
+  with pytest.raises(ValueError, match="the work's own error"):
+    with BackgroundWork(work) as background:
+      assert not started.wait(0.2)   # made, not started
+      background.start()
+      background.start()
+      background.result()
+  assert calls == [1]
+
+
+def test_leaving_the_block_waits_for_the_work():
+  finished = []
+  with BackgroundWork(lambda: finished.append(threading.Event().wait(0.3))) as background:
+    background.start()
+  assert finished == [False]
