@@ -218,8 +218,11 @@ class Refiner:
     """
     started = time.perf_counter()
     self._condition(tf.constant(0.5, tf.float64), tf.constant(0.5, tf.float64))
-    self.maximizer.maximize(1, 0.0, elbo_offset=np.zeros([self.num_samples], np.float64),
-                            reset_optimizer=True)
+    # `run` as `maximize` calls it, without its finiteness check: these members hold no trained
+    # model yet, and whatever their ELBO is, it says nothing about the refinement to come.
+    self.maximizer.optimizer.reset()
+    self.maximizer.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
+                       tf.zeros([self.num_samples], tf.float32))
     estimate_elbo_terms(self.members, self.inputs, self.labels, self.log_likelihood_fn,
                         elbo_batch_size, elbo_num_samples)
     return time.perf_counter() - started

@@ -20,8 +20,9 @@ Result = TypeVar("Result")
 
 class BackgroundWork(Generic[Result]):
   """`work()` on a second thread from the first `start()`; `result()` waits for it (starting it
-  if nobody did) and raises what it raised. Used as a context manager, leaving the block (also by
-  an exception) waits for the thread, so nothing outlives the block."""
+  if nobody did) and raises what it raised. Used as a context manager, leaving the block waits
+  for the thread, so nothing outlives the block; when the block raises, that waits for the work
+  to finish too, and an error of the work itself is then not raised (the block's is)."""
 
   def __init__(self, work: Callable[[], Result]):
     self._work = work
@@ -42,6 +43,7 @@ class BackgroundWork(Generic[Result]):
       self._future = self._executor.submit(self._run_in_makers_context)
 
   def result(self) -> Result:
+    """The work's result, once it has finished (started now if nobody started it)."""
     self.start()
     return self._future.result()
 

@@ -204,10 +204,12 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
 
 
 def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
-  """By default the refiner is traced on a second thread while VI trains (from VI's second
-  chunk); the run's numbers are those of tracing it when refinement starts, exactly. Catches a
-  preparation that changes the run: members built or streams drawn in another order, state the
-  preparation leaves in the members, VI's numbers disturbed by the second thread."""
+  """By default the refiner is built before VI and traced on a second thread while VI trains
+  (from VI's second chunk); the run's numbers are exactly those of building and tracing it when
+  refinement starts (--noprepare_refinement). Catches a preparation that changes the run:
+  members built before VI drawing what VI would have drawn, state the preparation leaves in the
+  members or the maximiser (planted: refine() not reseeding the minibatch stream; fails), VI's
+  numbers disturbed by the second thread."""
   runs = {}
   for prepare in (True, False):
     config = UciConfig(method="refined_vi", prepare_refinement=prepare, **TINY)
@@ -216,6 +218,8 @@ def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
   assert runs[True]["metrics"] == runs[False]["metrics"]
   assert runs[True]["timings"]["refine_prepare_seconds"] > 0
   assert "refine_prepare_seconds" not in runs[False]["timings"]
+  for timings in (runs[True]["timings"], runs[False]["timings"]):
+    assert 0 < timings["refine_build_seconds"] < timings["refine_total_seconds"]
 
 
 def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
