@@ -8,6 +8,8 @@ every new auxiliary variable.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -265,23 +267,30 @@ class ElboMaximizer(tf.Module):
   def _record_step_plan(self) -> None:
     """Traces one step's forward pass (never runs it; the gradient and update draw nothing) to
     note the draws its layers make and its outputs' shapes; each replica traces its own, and all
-    make the same requests."""
+    make the same requests.
+
+    The first time a graph calls a Keras Sequential with a new input shape, Keras builds its
+    graph network by calling every layer once more in a scratch graph, and those calls draw
+    too (a per_batch refinement whose members had only been called eagerly recorded every draw
+    twice). So the forward pass is traced twice and only the second trace is recorded."""
     recorded = []
 
-    def recording_step(indices, transform_seed):
+    def forward_pass(indices, transform_seed, record: bool):
       _, num_replicas, replica, inputs, labels = self._replica_share(indices)
-      with recorded_draws() as requests:
+      with recorded_draws() if record else contextlib.nullcontext([]) as requests:
         expected_log_likelihood, kl = self._replica_terms(num_replicas, replica, inputs, labels,
                                                           transform_seed)
-      recorded.append((requests, (expected_log_likelihood - kl).shape, kl.shape))
+      if record:
+        recorded.append((requests, (expected_log_likelihood - kl).shape, kl.shape))
 
-    @graph_function
-    def trace():
+    def trace(record: bool):
       shape = self._batch_shape
       transform_seed = None if self.input_transform is None else tf.zeros([2], tf.int64)
-      self.strategy.run(recording_step, args=(tf.zeros(shape, tf.int64), transform_seed))
+      self.strategy.run(functools.partial(forward_pass, record=record),
+                        args=(tf.zeros(shape, tf.int64), transform_seed))
 
-    trace.get_concrete_function()
+    for record in (False, True):
+      graph_function(functools.partial(trace, record)).get_concrete_function()
     self._step_plan = recorded[0]
 
   def _chunk_length(self) -> int:

@@ -63,6 +63,21 @@ def test_a_run_of_no_steps_draws_nothing_and_the_next_chunk_is_drawn_as_before()
 
 
 @pytest.mark.parametrize("num_members", [None, 3])
+def test_a_model_first_traced_by_the_step_plan_records_each_draw_once(num_members):
+  """A Sequential called only eagerly before (as a refiner's members are) is first called in a
+  graph by the step plan's trace; Keras then also calls its layers in a scratch graph to infer
+  its shape. With per_batch noise those calls drew too, and the plan held every draw twice: the
+  first step stopped ("used 4 of 8 recorded draws", a per_batch refinement prepared before its
+  ELBO estimate). Planted: recording the first trace fails here."""
+  maximizer = _maximizer(LoopSettings(noise_chunk_steps=10), num_members)
+  maximizer.weight_noise = "per_batch"
+  trace = maximizer.maximize(12, 1e-2)
+  assert np.all(np.isfinite(trace)) and len(trace) == 12
+  # Two layers, a kernel and a bias each: one weight draw per tensor and step.
+  assert len(maximizer._step_plan[0]) == 4
+
+
+@pytest.mark.parametrize("num_members", [None, 3])
 def test_drawn_ahead_noise_gives_every_step_its_own_draw_from_the_same_estimator(num_members):
   """At learning rate 0 each step's ELBO estimate is an independent draw of the same minibatch
   estimator, whether the step draws its noise or takes it from a chunk: consecutive ones differ,
