@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -78,8 +78,25 @@ def _is_runtime_error(error: BaseException) -> bool:
           or type(error).__module__.startswith("tensorflow"))
 
 
+def _leave_without_teardown() -> NoReturn:
+  """Ends a finished binary at once: flushes what Python buffers (stdout, stderr, every logging
+  handler), then os._exit(0).
+
+  The interpreter's teardown of TensorFlow (its modules, graphs and thread pools) takes ~0.7 s at
+  the end of every run on this machine, 5 % of a whole Boston run. Nothing of the run is lost by
+  skipping it: by then every file a run writes is closed (results and tables are written
+  atomically, checkpoints synchronously, summary writers are closed when training ends) and every
+  background thread has been joined.
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  logging.shutdown()   # flushes and closes absl's handler (and its --log_dir file) and any other
+  os._exit(0)
+
+
 def run(main_fn: Callable[[list[str]], Any]) -> None:
-  """app.run(main_fn) with one-line errors: UsageError exits 2, other run failures 1."""
+  """app.run(main_fn) with one-line errors: UsageError exits 2, other run failures 1; a finished
+  run exits 0 without the interpreter's teardown."""
   def wrapped(argv):
     if len(argv) > 1:
       _fail(f"unexpected positional arguments {argv[1:]}; use --flag=value", 2)
@@ -91,6 +108,7 @@ def run(main_fn: Callable[[list[str]], Any]) -> None:
       if not _is_runtime_error(error):
         raise
       _fail(str(error) or type(error).__name__, 1)
+    _leave_without_teardown()
   app.run(wrapped, flags_parser=_parse_flags)
 
 
