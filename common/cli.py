@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -78,7 +78,7 @@ def _is_runtime_error(error: BaseException) -> bool:
           or type(error).__module__.startswith("tensorflow"))
 
 
-def _leave_without_teardown() -> NoReturn:
+def _leave_without_teardown() -> None:
   """Ends a finished binary at once: flushes what Python buffers (stdout, stderr, every logging
   handler), then os._exit(0).
 
@@ -87,7 +87,12 @@ def _leave_without_teardown() -> NoReturn:
   skipping it: by then every file a run writes is closed (results and tables are written
   atomically, checkpoints synchronously, summary writers are closed when training ends) and every
   background thread has been joined.
+
+  Under a profiler or tracer (cProfile, coverage) the interpreter ends as usual, so that they
+  write what they measured when it exits.
   """
+  if sys.getprofile() is not None or sys.gettrace() is not None:
+    return
   sys.stdout.flush()
   sys.stderr.flush()
   logging.shutdown()   # flushes and closes absl's handler (and its --log_dir file) and any other

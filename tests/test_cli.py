@@ -51,3 +51,16 @@ def test_a_failed_binary_still_exits_with_its_one_line_and_status(tmp_path):
   assert completed.stderr.strip().splitlines()[-1] == (
       "error: the mushroom file has 21 columns, 23 expected")
   assert completed.stdout == "partial\n"
+
+
+def test_a_profiled_binary_ends_as_usual_so_the_profile_is_written(tmp_path):
+  """`python -m cProfile -o ... binary` writes its profile at the interpreter's exit: catches the
+  fast exit skipping it (no profile file)."""
+  script = tmp_path / "binary.py"
+  script.write_text("from common import cli\ncli.run(lambda argv: None)\n")
+  profile = tmp_path / "run.prof"
+  completed = subprocess.run(
+      [sys.executable, "-m", "cProfile", "-o", str(profile), str(script)], capture_output=True,
+      text=True, env={**os.environ, "PYTHONPATH": REPOSITORY}, check=False, timeout=120)
+  assert completed.returncode == 0, completed.stderr
+  assert profile.stat().st_size > 0
