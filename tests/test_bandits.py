@@ -370,3 +370,62 @@ def test_sample_quality_binary_learns_from_its_history(tmp_path):
     assert metrics[agent]["one_sample_regret"]["mean"] < always_pass, agent
     assert metrics[agent]["eat_reward_spread"]["mean"] > 0
   assert json.loads((tmp_path / "results.json").read_text())["method"] == "sample_quality"
+
+
+def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
+  """From a record made by the environment's own reward functions: the counts of poisonous
+  mushrooms eaten and edible ones passed are the direct counts, their regret adds up to the
+  cumulative regret (whole run and second half), and an agent that stopped eating shows as
+  every edible mushroom passed. Catches the two regrets swapped (planted: 5 for poisonous
+  eaten; fails) and a second half taken from the wrong end."""
+  from bandits import regret_sources
+  rng = np.random.default_rng(0)
+  steps = 40
+  edible = rng.random([2, steps]) < 0.5
+  explorer = rng.integers(0, 2, [steps])
+  never_eats = np.zeros(steps, np.int64)
+  actions = np.stack([explorer, never_eats])[:, np.newaxis]          # [seeds, lines, steps]
+  optimal = mushroom.expected_rewards(edible, mushroom.optimal_actions(edible))
+  regret = (optimal - mushroom.expected_rewards(edible, actions[:, 0]))[:, np.newaxis]
+  record = RegretRecord(line_names=["vi_ts"], seeds=[0, 1], actions=actions,
+                        rewards=np.zeros(actions.shape), expected_regret=regret,
+                        realised_regret=regret, seconds=1.0)
+  rows = regret_sources.regret_sources([record], second_half_from=30)
+  for row, seed_actions, seed_edible in zip(rows, actions[:, 0], edible):
+    eaten = seed_actions == mushroom.EAT
+    assert row["whole"]["poisonous_eaten"] == np.sum(eaten & ~seed_edible)
+    assert row["whole"]["edible_passed"] == np.sum(~eaten & seed_edible)
+    assert row["second_half"]["poisonous_eaten"] == np.sum((eaten & ~seed_edible)[30:])
+    assert row["second_half"]["edible_passed"] == np.sum((~eaten & seed_edible)[30:])
+    assert row["whole"]["regret"] == pytest.approx(row["cumulative_regret"])
+    assert row["second_half"]["regret"] == pytest.approx(regret[row["seed"], 0, 30:].sum())
+  assert rows[1]["whole"]["eaten"] == 0 and rows[1]["whole"]["edible_passed"] == edible[1].sum()
+  table = regret_sources.regret_sources_table(rows)
+  assert "| vi_ts | 1 |" in table and "from step 31" in table
+  with pytest.raises(ValueError, match="expected regret 3.0 for action"):
+    regret_sources.mistakes(np.array([1]), np.array([3.0]))
+
+
+def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_horizon(tmp_path):
+  path = tmp_path / "run"
+  _bandit_run_dir(path, [0, 1], agent="vi_ts")                  # 7 steps
+  actions = np.array([[[1, 1, 0, 0, 1, 0, 1]]] * 2)
+  RegretRecord(line_names=["vi_ts"], seeds=[0, 1], actions=actions, rewards=np.zeros([2, 1, 7]),
+               expected_regret=np.array([[[15, 0, 5, 0, 0, 0, 15]]] * 2, np.float32),
+               realised_regret=np.zeros([2, 1, 7]), seconds=1.0
+               ).save(str(path / "regret_vi_ts.npz"))
+  command = [sys.executable, "-m", "bandits.regret_sources", f"--run_dirs={path}",
+             f"--output_dir={tmp_path / 'sources'}"]
+  completed = subprocess.run(command + ["--second_half_from=7"], capture_output=True, text=True,
+                             cwd=REPO, check=False)
+  assert completed.returncode == 2
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "error: --second_half_from=7 must be in [0, 7)")
+  assert not (tmp_path / "sources").exists()
+  completed = subprocess.run(command + ["--second_half_from=3"], capture_output=True, text=True,
+                             cwd=REPO, check=False)
+  assert completed.returncode == 0, completed.stderr[-1000:]
+  rows = json.loads((tmp_path / "sources" / "regret_sources.json").read_text())["rows"]
+  assert [(row["seed"], row["whole"]["poisonous_eaten"], row["second_half"]["edible_passed"])
+          for row in rows] == [(0, 2, 0), (1, 2, 0)]
+  assert (tmp_path / "sources" / "regret_sources.md").read_text().count("| vi_ts |") == 2

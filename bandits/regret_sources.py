@@ -1,0 +1,120 @@
+"""Where an agent's regret comes from: poisonous mushrooms eaten or edible ones passed, over the
+whole run and in its second half, per seed, from the regret records of bandit runs.
+
+A step's expected regret is 15 for eating a poisonous mushroom (the omniscient agent passes:
+0 against the eat reward's expectation of -15), 5 for passing an edible one and 0 otherwise, so
+the record's actions and regrets say which mistake each step made. Cumulative regret alone
+cannot tell an agent that keeps exploring from one that stopped eating (every edible mushroom
+passed at 5 a step); this table can.
+
+  python -m bandits.regret_sources --run_dirs=results/bandits/mushroom/vi_ts,... \
+      --output_dir=results/bandits/mushroom
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+from bandits import mushroom
+from bandits.figure import records_in
+from common.results import write_json_atomically, write_text_atomically
+
+TABLE_FILENAME = "regret_sources.md"
+JSON_FILENAME = "regret_sources.json"
+POISONOUS_EATEN_REGRET = mushroom.REWARD_PASS - mushroom.EXPECTED_REWARD_POISONOUS   # 15
+EDIBLE_PASSED_REGRET = mushroom.REWARD_EDIBLE - mushroom.REWARD_PASS                # 5
+
+
+def mistakes(actions: np.ndarray, expected_regret: np.ndarray) -> dict[str, int]:
+  """Counts of poisonous mushrooms eaten and edible ones passed, and of mushrooms eaten, in one
+  seed's run of one line (1-D arrays over steps); ValueError if a regret is none of 0, 5, 15."""
+  eaten = actions == mushroom.EAT
+  poisonous_eaten = eaten & np.isclose(expected_regret, POISONOUS_EATEN_REGRET)
+  edible_passed = ~eaten & np.isclose(expected_regret, EDIBLE_PASSED_REGRET)
+  correct = np.isclose(expected_regret, 0.0)
+  if not np.all(poisonous_eaten | edible_passed | correct):
+    step = int(np.argmin(poisonous_eaten | edible_passed | correct))
+    raise ValueError(f"step {step + 1}: expected regret {expected_regret[step]} for action "
+                     f"{actions[step]}; allowed: 0, {EDIBLE_PASSED_REGRET:g} (edible passed) or "
+                     f"{POISONOUS_EATEN_REGRET:g} (poisonous eaten)")
+  return {"poisonous_eaten": int(poisonous_eaten.sum()), "edible_passed": int(edible_passed.sum()),
+          "eaten": int(eaten.sum()), "steps": int(actions.size)}
+
+
+def regret_sources(records: Sequence, second_half_from: Optional[int] = None) -> list[dict]:
+  """One row per line and seed: its mistakes over the whole run and from step
+  `second_half_from` (default: half the horizon) on, with their regret."""
+  rows = []
+  for record in records:
+    horizon = record.actions.shape[-1]
+    start = horizon // 2 if second_half_from is None else second_half_from
+    for line_index, line in enumerate(record.line_names):
+      for seed_index, seed in enumerate(record.seeds):
+        actions = record.actions[seed_index, line_index]
+        regret = record.expected_regret[seed_index, line_index]
+        row = {"line": line, "seed": int(seed), "cumulative_regret": float(regret.sum()),
+               "whole": mistakes(actions, regret),
+               "second_half": mistakes(actions[start:], regret[start:]),
+               "second_half_from_step": start + 1}
+        for part in ("whole", "second_half"):
+          counts = row[part]
+          counts["regret"] = float(POISONOUS_EATEN_REGRET * counts["poisonous_eaten"]
+                                   + EDIBLE_PASSED_REGRET * counts["edible_passed"])
+        rows.append(row)
+  return rows
+
+
+def regret_sources_table(rows: Sequence[dict]) -> str:
+  """Markdown of `regret_sources` rows."""
+  first = rows[0]["second_half_from_step"]
+  lines = ["| agent | seed | cumulative regret | poisonous eaten (regret) | edible passed (regret) "
+           f"| eaten | from step {first:,}: poisonous eaten | edible passed | eaten "
+           "| regret per step |", "|" + "---|" * 10]
+  for row in rows:
+    whole, late = row["whole"], row["second_half"]
+    poisonous, edible = whole["poisonous_eaten"], whole["edible_passed"]
+    lines.append(
+        f"| {row['line']} | {row['seed']} | {row['cumulative_regret']:,.0f} "
+        f"| {poisonous:,} ({POISONOUS_EATEN_REGRET * poisonous:,.0f}) "
+        f"| {edible:,} ({EDIBLE_PASSED_REGRET * edible:,.0f}) "
+        f"| {whole['eaten'] / whole['steps']:.0%} | {late['poisonous_eaten']:,} "
+        f"| {late['edible_passed']:,} | {late['eaten'] / late['steps']:.0%} "
+        f"| {late['regret'] / late['steps']:.2f} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from common.cli import UsageError  # pylint: disable=import-outside-toplevel
+  options = flags.FLAGS
+  try:
+    records = records_in(options.run_dirs)
+  except ValueError as error:
+    raise UsageError(str(error)) from error
+  if not records:
+    raise UsageError(f"no regret_<agent>.npz in --run_dirs={','.join(options.run_dirs)}")
+  horizon = min(record.actions.shape[-1] for record in records)
+  if options.second_half_from is not None and not 0 <= options.second_half_from < horizon:
+    raise UsageError(f"--second_half_from={options.second_half_from} must be in [0, {horizon})")
+  rows = regret_sources(records, options.second_half_from)
+  table = regret_sources_table(rows)
+  os.makedirs(options.output_dir, exist_ok=True)
+  write_json_atomically(os.path.join(options.output_dir, JSON_FILENAME),
+                        {"rows": rows, "run_dirs": list(options.run_dirs)})
+  write_text_atomically(os.path.join(options.output_dir, TABLE_FILENAME), table)
+  print(table, end="")
+
+
+if __name__ == "__main__":
+  from absl import flags as absl_flags
+  from common import cli
+  absl_flags.DEFINE_list("run_dirs", None, "Bandit run directories (output_dir of bandits.main).",
+                         required=True)
+  absl_flags.DEFINE_string("output_dir", None, "Where regret_sources.md and .json go.",
+                           required=True)
+  absl_flags.DEFINE_integer("second_half_from", None,
+                            "Step (0-based) where the late part starts; default half the horizon.")
+  cli.run(main)
