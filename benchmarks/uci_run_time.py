@@ -2,13 +2,13 @@
 
 Each variant runs the UCI binary as a user would, `python -m uci.main ...`, in a fresh process,
 in interleaved rounds (median reported):
-  default       the binary's defaults: TensorFlow's intra-op threads (every core), VI's chunks
+  default       the binary's defaults: one intra-op thread for the refined methods, VI's chunks
                 of 100 steps compiled by XLA (--jit_compile --noise_chunk_steps=100),
                 refinement's drawn the same way, traced on a second thread while VI trains
                 (--prepare_refinement);
   not_prepared  the same with refinement traced when it starts (--noprepare_refinement);
-  one_thread    the same as default with --intra_op_threads=1 (what each of run_table.sh's
-                parallel jobs gets);
+  tensorflow_threads  the same as default with --intra_op_threads=0: TensorFlow's choice of
+                threads (every core) instead of the refined methods' one thread;
   compiled_refinement  the default with refinement's chunks compiled too
                 (--jit_compile_refinement), the compiling done beside VI;
   compiled_refinement_not_prepared  the same, compiled when refinement starts;
@@ -45,7 +45,7 @@ from common.results import (git_commit, machine_description, write_json_atomical
                             write_text_atomically)
 
 VARIANTS = {"default": (), "not_prepared": ("--noprepare_refinement",),
-            "one_thread": ("--intra_op_threads=1",),
+            "tensorflow_threads": ("--intra_op_threads=0",),
             "compiled_refinement": ("--jit_compile_refinement",),
             "compiled_refinement_not_prepared": ("--jit_compile_refinement",
                                                  "--noprepare_refinement"),

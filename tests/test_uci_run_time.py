@@ -28,7 +28,7 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
       capture_output=True, text=True, check=False, cwd=REPO)
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "speed.json").read_text())["results"]
-  assert set(results) == {"default", "not_prepared", "one_thread", "compiled_refinement",
+  assert set(results) == {"default", "not_prepared", "tensorflow_threads", "compiled_refinement",
                           "compiled_refinement_not_prepared", "xla_cached",
                           "xla_cached_compiled_refinement", "uncompiled"}
   assert results["xla_cached"]["test_mll"] == results["default"]["test_mll"]

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional
 
-from baselines.config import ENSEMBLE, EXTRA_VI, MNF, PARTICLES, VI, VOGN, MethodConfig
-from common.config import UsageError, data_dir_setting, download_setting, setting, with_default
+from baselines.config import (ENSEMBLE, EXTRA_VI, MNF, PARTICLES, REFINED, VI, VOGN,
+                              MethodConfig)
+from common.config import (NOTHING, UsageError, data_dir_setting, download_setting, setting,
+                           with_default)
 from common.distribution import DeviceConfig
 from uci import data
 
@@ -30,20 +33,38 @@ class UciConfig(MethodConfig):
       "estimate).", above=1e-3, shapes=(VI, EXTRA_VI, MNF, VOGN, PARTICLES))
   # Its steps are a few hundred tiny ops: compiled 100 at a time, VI's step runs 3-5x faster
   # (benchmarks.step_floor, benchmarks.uci_run_time). --nojit_compile --noise_chunk_steps=0 gives
-  # the draws of runs made before this default. Compiled, it keeps TensorFlow's threads (a whole
+  # the draws of runs made before this default. Compiled, VI keeps TensorFlow's threads (a whole
   # Boston run 14.45 s against one thread's 15.46 s, 5 paired rounds in
-  # results/benchmarks/uci_run_time/threads_check.md; uncompiled, one thread is faster).
+  # results/benchmarks/uci_run_time/threads_check.md, when refinement was compiled too and not
+  # traced beside VI); the refined methods now take one (`thread_count`).
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
   # Refinement's 1,000 steps run 1.6x faster compiled, but compiling costs more than that saves:
   # a whole Boston run takes 14.4 s with them uncompiled against 15.3 s (same numbers).
   jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement", False)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
+  intra_op_threads: int = setting(
+      -1, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS "
+      "or every core; -1: by method: one for refined_vi and refined_vogn, whose refinement steps "
+      "(uncompiled, a few hundred tiny ops) run faster on one and whose refinement is traced on a "
+      "second thread during VI, which then has the other core; TensorFlow's choice otherwise).",
+      minimum=-1, maximum=1024, shapes=NOTHING)
 
   def check(self) -> None:
     super().check()
     if self.method == "mnf" and self.num_hidden_layers != 1:
       raise UsageError(f"--num_hidden_layers={self.num_hidden_layers}: the MNF network has one "
                        "hidden layer; allowed: 1 with --method=mnf")
+
+  def thread_count(self) -> int:
+    """--intra_op_threads, -1 resolved by method (one thread for the refined methods: a whole
+    Boston refined_vi run 12.5 s against 13.2 s with TensorFlow's choice, median of 6 paired
+    rounds, 5 of 6 pairs faster; MNF ran 12 % slower on one). $TF_NUM_INTRAOP_THREADS, if set,
+    is TensorFlow's choice and is kept."""
+    if self.intra_op_threads >= 0:
+      return self.intra_op_threads
+    if self.method in REFINED and not os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip():
+      return 1
+    return 0
 
   @property
   def resolved_data_dir(self) -> Optional[str]:
