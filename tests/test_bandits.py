@@ -402,6 +402,9 @@ def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
   assert rows[1]["whole"]["eaten"] == 0 and rows[1]["whole"]["edible_passed"] == edible[1].sum()
   table = regret_sources.regret_sources_table(rows)
   assert "| vi_ts | 1 |" in table and "from step 31" in table
+  summary = regret_sources.line_summary_table(rows)
+  assert summary.splitlines()[-1].startswith("| vi_ts | 0,1 |")
+  assert summary.splitlines()[-1].endswith("| 1 of 2 (1) |")   # seed 1 never eats
   with pytest.raises(ValueError, match="expected regret 3.0 for action"):
     regret_sources.mistakes(np.array([1]), np.array([3.0]))
 
@@ -428,4 +431,5 @@ def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_hori
   rows = json.loads((tmp_path / "sources" / "regret_sources.json").read_text())["rows"]
   assert [(row["seed"], row["whole"]["poisonous_eaten"], row["second_half"]["edible_passed"])
           for row in rows] == [(0, 2, 0), (1, 2, 0)]
-  assert (tmp_path / "sources" / "regret_sources.md").read_text().count("| vi_ts |") == 2
+  # Its two seeds' rows, then the line's summary.
+  assert (tmp_path / "sources" / "regret_sources.md").read_text().count("| vi_ts |") == 3
