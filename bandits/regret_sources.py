@@ -48,18 +48,26 @@ def mistakes(actions: np.ndarray, expected_regret: np.ndarray) -> dict[str, int]
 
 def regret_sources(records: Sequence, second_half_from: Optional[int] = None) -> list[dict]:
   """One row per line and seed: its mistakes over the whole run and from step
-  `second_half_from` (default: half the horizon) on, with their regret."""
+  `second_half_from` (0-based; default: half the horizon) on, with their regret. ValueError if
+  the records' horizons differ (their second halves would not be comparable) or a regret is not
+  one of the environment's."""
+  horizons = sorted({record.actions.shape[-1] for record in records})
+  if len(horizons) > 1:
+    raise ValueError(f"the runs' horizons differ ({', '.join(map(str, horizons))} steps); "
+                     "allowed: runs of one horizon")
   rows = []
   for record in records:
-    horizon = record.actions.shape[-1]
-    start = horizon // 2 if second_half_from is None else second_half_from
+    start = horizons[0] // 2 if second_half_from is None else second_half_from
     for line_index, line in enumerate(record.line_names):
       for seed_index, seed in enumerate(record.seeds):
         actions = record.actions[seed_index, line_index]
         regret = record.expected_regret[seed_index, line_index]
+        try:
+          whole = mistakes(actions, regret)
+        except ValueError as error:
+          raise ValueError(f"{line}, seed {seed}: {error}") from None
         row = {"line": line, "seed": int(seed), "cumulative_regret": float(regret.sum()),
-               "whole": mistakes(actions, regret),
-               "second_half": mistakes(actions[start:], regret[start:]),
+               "whole": whole, "second_half": mistakes(actions[start:], regret[start:]),
                "second_half_from_step": start + 1}
         for part in ("whole", "second_half"):
           counts = row[part]
@@ -91,8 +99,9 @@ def regret_sources_table(rows: Sequence[dict]) -> str:
 def line_summary_table(rows: Sequence[dict]) -> str:
   """Markdown, one row per line: its mistakes averaged over its seeds, its second half's regret
   per step, and how many of its seeds stopped eating (ate < 5 % in the second half)."""
-  lines = ["| agent | seeds | poisonous eaten | edible passed | second half: regret per step "
-           "| seeds that stopped eating |", "|" + "---|" * 6]
+  first = rows[0]["second_half_from_step"]
+  lines = [f"| agent | seeds | poisonous eaten | edible passed | from step {first:,}: regret per "
+           f"step | seeds that stopped eating (from step {first:,}) |", "|" + "---|" * 6]
   for line in dict.fromkeys(row["line"] for row in rows):
     own = [row for row in rows if row["line"] == line]
     stopped = [row["seed"] for row in own if row["second_half"]["eaten"]
@@ -111,19 +120,28 @@ def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
   from common.cli import UsageError  # pylint: disable=import-outside-toplevel
+  from common.cli import prepare_output_dir  # pylint: disable=import-outside-toplevel
   options = flags.FLAGS
+  missing = [run_dir for run_dir in options.run_dirs if not os.path.isdir(run_dir)]
+  if missing:
+    raise UsageError(f"--run_dirs: {missing[0]} is not a directory; allowed: output_dirs of "
+                     "bandits.main")
   try:
     records = records_in(options.run_dirs)
   except ValueError as error:
     raise UsageError(str(error)) from error
   if not records:
     raise UsageError(f"no regret_<agent>.npz in --run_dirs={','.join(options.run_dirs)}")
-  horizon = min(record.actions.shape[-1] for record in records)
-  if options.second_half_from is not None and not 0 <= options.second_half_from < horizon:
-    raise UsageError(f"--second_half_from={options.second_half_from} must be in [0, {horizon})")
-  rows = regret_sources(records, options.second_half_from)
+  horizons = sorted({record.actions.shape[-1] for record in records})
+  if len(horizons) > 1:
+    raise UsageError(f"--run_dirs: the runs' horizons differ ({', '.join(map(str, horizons))} "
+                     "steps); allowed: runs of one horizon")
+  if options.second_half_from is not None and not 0 <= options.second_half_from < horizons[0]:
+    raise UsageError(
+        f"--second_half_from={options.second_half_from} must be in [0, {horizons[0]})")
+  rows = regret_sources(records, options.second_half_from)   # a corrupt record: exit 1
   table = regret_sources_table(rows) + "\n" + line_summary_table(rows)
-  os.makedirs(options.output_dir, exist_ok=True)
+  prepare_output_dir(options.output_dir)
   write_json_atomically(os.path.join(options.output_dir, JSON_FILENAME),
                         {"rows": rows, "run_dirs": list(options.run_dirs)})
   write_text_atomically(os.path.join(options.output_dir, TABLE_FILENAME), table)

@@ -62,10 +62,14 @@ flags.DEFINE_list("uci_flags", [], "More flags for every run (tests shorten the 
 
 def run_binary(arguments: list[str], output_dir: str) -> dict:
   """Runs the UCI binary once; its wall time, its results.json timings and its test MLL."""
+  # Without $TF_NUM_INTRAOP_THREADS (run_table.sh's parallel jobs set it), which would make the
+  # default and tensorflow_threads variants the same.
+  environment = {name: value for name, value in os.environ.items()
+                 if name != "TF_NUM_INTRAOP_THREADS"}
   started = time.perf_counter()
   completed = subprocess.run([sys.executable, "-m", "uci.main", f"--output_dir={output_dir}",
                               *arguments], capture_output=True, text=True, check=False,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                             env={**environment, "TF_CPP_MIN_LOG_LEVEL": "3"})
   wall = time.perf_counter() - started
   if completed.returncode != 0:
     lines = completed.stderr.strip().splitlines() or ["(no error output)"]
@@ -83,6 +87,7 @@ def run_binary(arguments: list[str], output_dir: str) -> dict:
           # On the second thread, during VI (NaN when refinement was not prepared).
           "refine_prepare_seconds": timings.get("refine_prepare_seconds", math.nan),
           "other_seconds": timings["total_seconds"] - timings["train_seconds"] - refine,
+          "intra_op_threads": results["machine"]["intra_op_threads"],
           "test_mll": results["metrics"]["test_mll"]}
 
 
@@ -122,6 +127,7 @@ def main(argv):
   results = {variant: {**{column: _median(r[column] for r in runs)
                           for column in columns},
                        "wall_seconds_rounds": [r["wall_seconds"] for r in runs],
+                       "intra_op_threads": runs[0]["intra_op_threads"],
                        "test_mll": runs[0]["test_mll"]} for variant, runs in samples.items()}
   command = " ".join(["python -m benchmarks.uci_run_time"] + sys.argv[1:])
   write_json_atomically(os.path.join(options.output_dir, "speed.json"), {

@@ -78,6 +78,17 @@ def _is_runtime_error(error: BaseException) -> bool:
           or type(error).__module__.startswith("tensorflow"))
 
 
+def _measured() -> bool:
+  """Whether a profiler or tracer watches the interpreter (sys.setprofile / settrace; from Python
+  3.12 cProfile and coverage may use sys.monitoring instead)."""
+  if sys.getprofile() is not None or sys.gettrace() is not None:
+    return True
+  monitoring = getattr(sys, "monitoring", None)
+  return monitoring is not None and any(
+      monitoring.get_tool(tool) is not None
+      for tool in (monitoring.PROFILER_ID, monitoring.COVERAGE_ID, monitoring.DEBUGGER_ID))
+
+
 def _leave_without_teardown() -> None:
   """Ends a finished binary at once: flushes what Python buffers (stdout, stderr, every logging
   handler), then os._exit(0).
@@ -91,7 +102,7 @@ def _leave_without_teardown() -> None:
   Under a profiler or tracer (cProfile, coverage) the interpreter ends as usual, so that they
   write what they measured when it exits.
   """
-  if sys.getprofile() is not None or sys.gettrace() is not None:
+  if _measured():
     return
   sys.stdout.flush()
   sys.stderr.flush()

@@ -210,7 +210,8 @@ def describe_strategy(strategy: Any) -> dict[str, Any]:
 
 
 def intra_op_threads_in_use() -> int:
-  """Threads each op may use: --intra_op_threads if set, else $TF_NUM_INTRAOP_THREADS (which
+  """Threads each op may use: the count the run set (its config's `thread_count()`), else
+  $TF_NUM_INTRAOP_THREADS (which
   TensorFlow reads at start-up, and its getter does not report), else 0 (TensorFlow's choice:
   every core)."""
   import tensorflow as tf

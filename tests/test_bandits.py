@@ -407,6 +407,13 @@ def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
   assert summary.splitlines()[-1].endswith("| 1 of 2 (1) |")   # seed 1 never eats
   with pytest.raises(ValueError, match="expected regret 3.0 for action"):
     regret_sources.mistakes(np.array([1]), np.array([3.0]))
+  corrupt = RegretRecord(line_names=["vi_ts"], seeds=[4], actions=np.ones([1, 1, 2], np.int64),
+                         rewards=np.zeros([1, 1, 2]), expected_regret=np.full([1, 1, 2], 3.0),
+                         realised_regret=np.zeros([1, 1, 2]), seconds=1.0)
+  with pytest.raises(ValueError, match="vi_ts, seed 4: step 1: expected regret 3.0"):
+    regret_sources.regret_sources([corrupt])
+  with pytest.raises(ValueError, match="horizons differ"):
+    regret_sources.regret_sources([record, corrupt])
 
 
 def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_horizon(tmp_path):

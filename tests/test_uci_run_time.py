@@ -32,6 +32,9 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
                           "compiled_refinement_not_prepared", "xla_cached",
                           "xla_cached_compiled_refinement", "uncompiled"}
   assert results["xla_cached"]["test_mll"] == results["default"]["test_mll"]
+  # refined_vi's one thread by default, TensorFlow's choice (recorded as 0) when asked.
+  assert (results["default"]["intra_op_threads"], results["tensorflow_threads"]["intra_op_threads"]
+          ) == (1, 0)
   assert results["not_prepared"]["test_mll"] == results["default"]["test_mll"]
   assert (results["compiled_refinement_not_prepared"]["test_mll"]
           == results["compiled_refinement"]["test_mll"])

@@ -46,7 +46,8 @@ class UciConfig(MethodConfig):
       -1, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS "
       "or every core; -1: by method: one for refined_vi and refined_vogn, whose refinement steps "
       "(uncompiled, a few hundred tiny ops) run faster on one and whose refinement is traced on a "
-      "second thread during VI, which then has the other core; TensorFlow's choice otherwise).",
+      "second thread during VI, which then has the other core; TensorFlow's choice otherwise, "
+      "and whenever $TF_NUM_INTRAOP_THREADS is set).",
       minimum=-1, maximum=1024, shapes=NOTHING)
 
   def check(self) -> None:
