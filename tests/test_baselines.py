@@ -91,11 +91,20 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
   assert glob.glob(str(tmp_path / "events.out.tfevents.*"))
   summaries = tf.compat.v1.train.summary_iterator(
       glob.glob(str(tmp_path / "events.out.tfevents.*"))[0])
-  written = {}
+  written, metadata = {}, {}
   for event in summaries:
     for value in event.summary.value:
       written.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+      metadata.setdefault(value.tag, value.metadata)
   assert set(written) == {"elbo", "kl", "expected_log_likelihood"}
+  # Written without tensorboard's tf.summary.scalar: its marks must be what that writes, or
+  # TensorBoard would not show them as scalars.
+  with tf.summary.create_file_writer(str(tmp_path / "reference")).as_default():
+    tf.summary.scalar("reference", 1.0, step=0)
+  reference = [value.metadata for event in tf.compat.v1.train.summary_iterator(
+      glob.glob(str(tmp_path / "reference" / "events.out.tfevents.*"))[0])
+      for value in event.summary.value]
+  assert reference and all(mark == reference[0] for mark in metadata.values())
   # Every summary_every-th step (10) and the last one of a chunk (605, of a 5-step chunk);
   # written in one graph call per chunk, whose loop would silently drop its summary ops or
   # shift the steps without this check.
