@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import zipfile
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -102,11 +103,26 @@ class RegretRecord:
 
   @classmethod
   def load(cls, path: str) -> "RegretRecord":
-    with np.load(path) as saved:
-      return cls(line_names=[str(n) for n in saved["line_names"]],
-                 seeds=[int(s) for s in saved["seeds"]], actions=saved["actions"],
-                 rewards=saved["rewards"], expected_regret=saved["expected_regret"],
-                 realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]))
+    """The record `save` wrote at `path`; RuntimeError in one line if the file is not one (cut
+    short, overwritten, its arrays missing or of disagreeing shapes)."""
+    try:
+      with np.load(path) as saved:
+        record = cls(line_names=[str(n) for n in saved["line_names"]],
+                     seeds=[int(s) for s in saved["seeds"]], actions=saved["actions"],
+                     rewards=saved["rewards"], expected_regret=saved["expected_regret"],
+                     realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]))
+    except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as error:
+      raise RuntimeError(f"{path} is not a regret record ({type(error).__name__}: {error}); "
+                         "allowed: regret_<agent>.npz as bandits.main writes it") from None
+    shape = (len(record.seeds), len(record.line_names))
+    arrays = ("actions", "rewards", "expected_regret", "realised_regret")
+    shapes = {name: getattr(record, name).shape for name in arrays}
+    if any(len(found) != 3 or found[:2] != shape or found != shapes["actions"]
+           for found in shapes.values()):
+      raise RuntimeError(f"{path} is not a regret record: arrays of shapes {shapes} for "
+                         f"{shape[0]} seed(s) and {shape[1]} line(s); allowed: all "
+                         "[seeds, lines, steps], as bandits.main writes them")
+    return record
 
 
 class _CheckpointedRecord(tf.Module):

@@ -1,5 +1,6 @@
 """The mushroom bandit: environment, learning from growing per-member histories, the agents, and the
 binary end to end (resume after a kill, bad input)."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -258,6 +259,28 @@ def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
   last_line = completed.stderr.strip().splitlines()[-1]
   assert "refined_ts runs differ in --refine_steps: 500" in last_line
   assert not (tmp_path / "figure").exists()
+
+
+def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_path):
+  """Catches a traceback (zipfile's or numpy's) from a record cut short or overwritten, and a
+  record whose arrays disagree being read as if it held its seeds' regrets."""
+  record = _bandit_run_dir(tmp_path / "run", [0, 1], agent="vi_ts")
+  path = tmp_path / "run" / "regret_vi_ts.npz"
+  path.write_bytes(path.read_bytes()[:200])
+  with pytest.raises(RuntimeError, match="regret_vi_ts.npz is not a regret record"):
+    RegretRecord.load(str(path))
+  for module in ("bandits.figure", "bandits.regret_sources"):
+    completed = subprocess.run(
+        [sys.executable, "-m", module, f"--run_dirs={tmp_path / 'run'}",
+         f"--output_dir={tmp_path / module}"],
+        capture_output=True, text=True, cwd=REPO, check=False)
+    assert completed.returncode == 1, module
+    last_line = completed.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in completed.stderr and str(path) in last_line, module
+    assert not (tmp_path / module).exists()
+  dataclasses.replace(record, actions=record.actions[:1]).save(str(path))
+  with pytest.raises(RuntimeError, match="shapes"):
+    RegretRecord.load(str(path))
 
 
 class _Killed(Exception):
