@@ -26,6 +26,7 @@ variant sees the same numbers, so their test MLL agrees (to round-off where refi
 compiled); the uncompiled one's differs by the chunking of its random streams.
 
   python -m benchmarks.uci_run_time --rounds=3 --output_dir=results/benchmarks/uci_run_time
+  (--variants=default,xla_cached: only those, e.g. more rounds of the ones in question)
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ flags.DEFINE_string("output_dir", None, "Where speed.json and speed.md go.")
 flags.DEFINE_string("dataset", "boston_housing", "UCI dataset of the runs.")
 flags.DEFINE_string("method", "refined_vi", "Method of the runs.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.")
+flags.DEFINE_list("variants", list(VARIANTS), "Variants to run, in this order within a round.")
 flags.DEFINE_list("uci_flags", [], "More flags for every run (tests shorten the runs with them).")
 
 
@@ -106,6 +108,10 @@ def main(argv):
   options = flags.FLAGS
   cli.require(options.rounds >= 1, f"--rounds={options.rounds} must be >= 1")
   cli.require(bool(options.output_dir), "--output_dir is required")
+  unknown = [variant for variant in options.variants if variant not in VARIANTS]
+  cli.require(bool(options.variants) and not unknown,
+              f"--variants={','.join(options.variants)}: allowed: one or more of "
+              f"{', '.join(VARIANTS)}")
   common_flags = [f"--dataset={options.dataset}", f"--method={options.method}",
                   *options.uci_flags]
   with tempfile.TemporaryDirectory() as scratch:
@@ -115,11 +121,12 @@ def main(argv):
       cached = [f"--xla_cache_dir={cache}"] if variant.startswith("xla_cached") else []
       return [*common_flags, *VARIANTS[variant], *cached]
 
-    # Fills the cache with VI's and refinement's compiled chunks.
-    run_binary(arguments("xla_cached_compiled_refinement"), os.path.join(scratch, "fill_cache"))
-    samples = {variant: [] for variant in VARIANTS}
+    if any(variant.startswith("xla_cached") for variant in options.variants):
+      # Fills the cache with VI's and refinement's compiled chunks.
+      run_binary(arguments("xla_cached_compiled_refinement"), os.path.join(scratch, "fill_cache"))
+    samples = {variant: [] for variant in options.variants}
     for round_number in range(options.rounds):
-      for variant in VARIANTS:
+      for variant in options.variants:
         samples[variant].append(run_binary(
             arguments(variant), os.path.join(scratch, f"{variant}_{round_number}")))
   columns = ("wall_seconds", "startup_seconds", "train_seconds", "train_setup_seconds",
