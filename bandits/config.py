@@ -77,6 +77,7 @@ class BanditConfig(Config):
   # of runs made before this default.
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
+  intra_op_threads: int = with_default(DeviceConfig, "intra_op_threads", 0)
 
   def check(self) -> None:
     check_compiled_loop(self)

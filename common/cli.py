@@ -333,8 +333,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return
     note_start_commit()
-    threads = config.thread_count() if isinstance(config, DeviceConfig) else 0
-    quiet_tensorflow_startup(flags.FLAGS.tf_log, threads,
+    quiet_tensorflow_startup(flags.FLAGS.tf_log, config.thread_count(),
                              getattr(config, "xla_cache_dir", None))
     metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:

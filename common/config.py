@@ -142,6 +142,11 @@ class Config:
   def check(self) -> None:
     """Relations between fields (a subclass's); raises UsageError."""
 
+  def thread_count(self) -> int:
+    """The intra-op thread count to set at start-up: --intra_op_threads where the binary declares
+    it, else 0 (TensorFlow's choice)."""
+    return getattr(self, "intra_op_threads", 0)
+
   def as_dict(self) -> dict[str, Any]:
     """The settings as JSON-ready values (tuples as lists), as results.json records them."""
     return {name: list(value) if isinstance(value, tuple) else value

@@ -97,10 +97,6 @@ class DeviceConfig(Config):
       raise UsageError(f"--use_bfloat16 is not supported by this benchmark ({type(self).__name__}; "
                        "bfloat16 is for the image models); allowed: --use_bfloat16=false")
 
-  def thread_count(self) -> int:
-    """The intra-op thread count to set at start-up (0: leave TensorFlow's choice)."""
-    return self.intra_op_threads
-
   def check_replicas(self, num_replicas: int) -> None:
     """Raises UsageError if the run cannot use `num_replicas` replicas as flagged."""
     if num_replicas != self.num_cores:
