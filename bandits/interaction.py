@@ -12,6 +12,7 @@ import dataclasses
 import os
 import time
 import zipfile
+import zlib
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -111,7 +112,8 @@ class RegretRecord:
                      seeds=[int(s) for s in saved["seeds"]], actions=saved["actions"],
                      rewards=saved["rewards"], expected_regret=saved["expected_regret"],
                      realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]))
-    except (OSError, EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as error:
+    except (OSError, EOFError, KeyError, ValueError, TypeError, OverflowError, zipfile.BadZipFile,
+            zlib.error) as error:
       raise RuntimeError(f"{path} is not a regret record ({type(error).__name__}: {error}); "
                          "allowed: regret_<agent>.npz as bandits.main writes it") from None
     shape = (len(record.seeds), len(record.line_names))

@@ -109,9 +109,10 @@ def main(argv):
   cli.require(options.rounds >= 1, f"--rounds={options.rounds} must be >= 1")
   cli.require(bool(options.output_dir), "--output_dir is required")
   unknown = [variant for variant in options.variants if variant not in VARIANTS]
-  cli.require(bool(options.variants) and not unknown,
+  cli.require(bool(options.variants) and not unknown
+              and len(set(options.variants)) == len(options.variants),
               f"--variants={','.join(options.variants)}: allowed: one or more of "
-              f"{', '.join(VARIANTS)}")
+              f"{', '.join(VARIANTS)}, each once")
   common_flags = [f"--dataset={options.dataset}", f"--method={options.method}",
                   *options.uci_flags]
   with tempfile.TemporaryDirectory() as scratch:

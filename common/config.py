@@ -144,7 +144,8 @@ class Config:
 
   def thread_count(self) -> int:
     """The intra-op thread count to set at start-up: --intra_op_threads where the binary declares
-    it, else 0 (TensorFlow's choice)."""
+    it (>= 0 there; a config whose flag takes other values, as UciConfig's -1, overrides this),
+    else 0 (TensorFlow's choice)."""
     return getattr(self, "intra_op_threads", 0)
 
   def as_dict(self) -> dict[str, Any]:
