@@ -381,6 +381,12 @@ class ElboMaximizer(tf.Module):
         *first))
     return elbo_chunks.concat()[:num_steps], kl_chunks.concat()[:num_steps]
 
+  def tracing_count(self) -> int:
+    """How many times its loops have been traced so far: benchmarks check that a timed call
+    traced nothing."""
+    return (self.run.experimental_get_tracing_count()
+            + self._compiled_chunk.experimental_get_tracing_count())
+
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,
                reset_optimizer: bool = False, return_kl: bool = False):
     """Runs the compiled loop; raises FloatingPointError if the ELBO stops being finite.
