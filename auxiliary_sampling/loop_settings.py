@@ -28,14 +28,21 @@ class LoopSettings:
   """`jit_compile`: compile each chunk of steps with XLA (needs `noise_chunk_steps` > 0 and one
   replica); `noise_chunk_steps`: steps whose noise is drawn together ahead of them (0: each step
   draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's maximizers
-  compile too (each compiles once, for seconds on a CPU: more than a short refinement saves)."""
+  compile too (each compiles once, for seconds on a CPU: more than a short refinement saves);
+  `compile_ensemble`: with `jit_compile`, the deep ensemble's loop compiles too (its members'
+  batched products of small networks run slower under XLA on a CPU)."""
   jit_compile: bool = False
   noise_chunk_steps: int = 0
   compile_refinement: bool = True
+  compile_ensemble: bool = True
 
   def for_refinement(self) -> "LoopSettings":
     """The settings refinement's maximizer runs under: the same chunks, compiled or not."""
     return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_refinement)
+
+  def for_ensemble(self) -> "LoopSettings":
+    """The settings the deep ensemble's maximizer runs under: the same chunks, compiled or not."""
+    return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_ensemble)
 
   def __post_init__(self):
     if not 0 <= self.noise_chunk_steps <= MAX_NOISE_CHUNK_STEPS:

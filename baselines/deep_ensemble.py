@@ -19,6 +19,7 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
+from auxiliary_sampling.loop_settings import current_loop_settings
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
@@ -217,7 +218,7 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
   maximizer = AdversarialMaximizer(
       model, inputs, labels, log_likelihood_fn, model.trainable_variables, batch_size=batch_size,
       data_seed=seed, kl_fn=kl_fn, member_batches=num_members, epsilon=epsilon,
-      input_transform=input_transform)
+      input_transform=input_transform, loop_settings=current_loop_settings().for_ensemble())
   training = CheckpointedTraining(maximizer, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

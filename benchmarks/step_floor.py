@@ -14,6 +14,8 @@ a 50-unit ReLU hidden layer, from the same initial values for every variant:
 Variants:
   ours                  our library's loop (`ElboMaximizer` and the baselines'
                         layers), noise drawn inside each step;
+  ours_chunked          the same with --noise_chunk_steps=100: indices and noise
+                        drawn ahead for 100 steps at a time;
   ours_xla              the same with --noise_chunk_steps=100 --jit_compile;
   plain_tf2             the step written out by hand in a few dozen ops
                         (`benchmarks.plain_tf2_loops`), one compiled while-loop,
@@ -49,7 +51,8 @@ from common.results import (git_commit, machine_description, write_json_atomical
                             write_text_atomically)
 
 WORKLOADS = ("vi", "mnf", "ensemble")
-VARIANTS = ("ours", "ours_xla", "plain_tf2", "plain_noise_outside", "xla_noise_outside")
+VARIANTS = ("ours", "ours_chunked", "ours_xla", "plain_tf2", "plain_noise_outside",
+            "xla_noise_outside")
 THREADS = ("default", "1")
 NUM_EXAMPLES, INPUTS, HIDDEN, NOISE_SCALE = 455, 13, 50, 0.5
 BATCH, CHUNK, LEARNING_RATE = plain_tf2_loops.BATCH, plain_tf2_loops.CHUNK, 1e-3
@@ -71,9 +74,9 @@ def _gaussian_log_likelihood(labels, outputs):
           - 0.5 * tf.square((labels[..., 0] - outputs[..., 0]) / NOISE_SCALE))
 
 
-def _ours(workload: str, inputs, labels, seed: int, xla: bool = False):
-  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), and its model;
-  `xla`: its noise drawn ahead in 100-step chunks, each chunk compiled by XLA
+def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: bool = False):
+  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), and its model; `chunked`:
+  its noise drawn ahead in 100-step chunks; `xla`: each chunk compiled by XLA too
   (`--jit_compile`)."""
   import tensorflow as tf
   import tf_keras
@@ -85,7 +88,7 @@ def _ours(workload: str, inputs, labels, seed: int, xla: bool = False):
   from common.seeding import seed_everything
   # NumPy too: the layers' noise streams take their seeds from it.
   seed_everything(seed)
-  settings = LoopSettings(jit_compile=xla, noise_chunk_steps=CHUNK if xla else 0)
+  settings = LoopSettings(jit_compile=xla, noise_chunk_steps=CHUNK if chunked or xla else 0)
   if workload == "vi":
     model = tf_keras.Sequential([
         DenseReparameterization(HIDDEN, activation="relu", trainable_prior_scale=False),
@@ -133,7 +136,8 @@ def measure(workload: str, variant: str, steps: int, seed: int) -> dict:
   the final objective (ELBO or bound, the ensemble's per-member objective: member means)."""
   inputs, labels = _data(seed)
   if variant.startswith("ours"):
-    loop, _ = _ours(workload, inputs, labels, seed, xla=variant == "ours_xla")
+    loop, _ = _ours(workload, inputs, labels, seed, chunked=variant == "ours_chunked",
+                    xla=variant == "ours_xla")
   else:
     loop = _hand_written(workload, inputs, labels, seed, noise_outside=variant != "plain_tf2",
                          xla=variant == "xla_noise_outside")

@@ -203,13 +203,13 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
   assert results["machine"]["intra_op_threads"] == 2
 
 
-def test_refined_methods_take_one_thread_unless_a_setting_or_the_environment_says(monkeypatch):
+def test_refined_methods_and_the_ensemble_take_one_thread_unless_told_otherwise(monkeypatch):
   """--intra_op_threads=-1 (the default) resolves by method. Catches the refined methods left on
-  every core (a whole Boston run 5 % slower) and a by-method choice that overrides a user's
-  explicit setting or $TF_NUM_INTRAOP_THREADS."""
+  every core (a whole Boston run 5 % slower), the ensemble too (its step 1.5x slower), and a
+  by-method choice that overrides a user's explicit setting or $TF_NUM_INTRAOP_THREADS."""
   monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
-  assert [UciConfig(method=method).thread_count()
-          for method in ("refined_vi", "refined_vogn", "vi", "mnf", "svgd")] == [1, 1, 0, 0, 0]
+  methods = ("refined_vi", "refined_vogn", "deep_ensemble", "vi", "mnf", "svgd")
+  assert [UciConfig(method=method).thread_count() for method in methods] == [1, 1, 1, 0, 0, 0]
   assert UciConfig(method="refined_vi", intra_op_threads=2).thread_count() == 2
   assert UciConfig(method="refined_vi", intra_op_threads=0).thread_count() == 0
   monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
@@ -257,6 +257,32 @@ def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(
   assert runs["default"]["cached"] >= 1
   assert runs["compiled"]["cached"] == runs["default"]["cached"] + 1
   for metric in ("elbo", "elbo_aux", "test_mll", "test_rmse"):
+    assert runs["default"]["metrics"][metric] == pytest.approx(
+        runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
+
+
+def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
+  """UCI compiles VI's chunks but not the deep ensemble's (`--nojit_compile_ensemble`, its
+  default: its batched member products run slower under XLA on a CPU). XLA's persistent cache
+  shows what was compiled: nothing by default, the ensemble's chunk with
+  `--jit_compile_ensemble` (catches the setting ignored, either way); both runs see the same
+  batches, so their metrics agree to XLA's round-off, and the default takes one thread."""
+  flags = ["--method=deep_ensemble", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+           "--hidden_units=8", "--ensemble_members=3", "--ensemble_steps=120",
+           "--noise_chunk_steps=50"]
+  runs = {}
+  for name, extra in (("default", []), ("compiled", ["--jit_compile_ensemble"])):
+    cache = tmp_path / (name + "_cache")
+    completed = _run(*flags, *extra, f"--output_dir={tmp_path / name}", f"--xla_cache_dir={cache}")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    runs[name]["cached"] = len(os.listdir(cache)) if cache.is_dir() else 0
+  assert runs["default"]["flags"]["jit_compile_ensemble"] is False
+  assert runs["default"]["machine"]["intra_op_threads"] == int(
+      os.environ.get("TF_NUM_INTRAOP_THREADS", "1") or 1)
+  assert runs["default"]["cached"] == 0
+  assert runs["compiled"]["cached"] >= 1
+  for metric in ("test_mll", "test_rmse"):
     assert runs["default"]["metrics"][metric] == pytest.approx(
         runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
 
