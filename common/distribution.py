@@ -73,7 +73,9 @@ class DeviceConfig(Config):
   jit_compile_ensemble: bool = setting(
       True, "With --jit_compile: compile the deep ensemble's chunks too. Off for the UCI network, "
       "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.16 "
-      "against 0.97 ms per step on one thread); the same numbers either way.", shapes=NOTHING)
+      "against 0.97 ms per step on one thread). The same draws either way; the results differ by "
+      "round-off grown over the steps (a Boston run's test MLL -2.908 against -2.901).",
+      shapes=NOTHING)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "
