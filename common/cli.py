@@ -163,7 +163,8 @@ def define_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS
 
 
 def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.FLAGS) -> Config:
-  """The config the parsed flags describe (list flags converted element-wise); unchecked."""
+  """The config the parsed flags describe (list flags converted element-wise); unchecked but for
+  a setting turned on on the command line without the setting it needs (`only_with`)."""
   values = {}
   for field in dataclasses.fields(config_class):
     kind, is_tuple = field_type(config_class, field)
@@ -175,6 +176,11 @@ def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.
         raise UsageError(
             f"{field.name}={','.join(value)} must list values of type {kind.__name__}") from None
     values[field.name] = value
+  for field in dataclasses.fields(config_class):
+    needed = field.metadata.get("only_with")
+    if needed and values[field.name] and flag_values[field.name].present and not values[needed]:
+      raise UsageError(f"--{field.name} does nothing without --{needed}; allowed: it with "
+                       f"--{needed}")
   return config_class(**values)
 
 

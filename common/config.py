@@ -35,7 +35,8 @@ class UsageError(ValueError):
 def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,  # noqa: A002
             minimum: Optional[float] = None, maximum: Optional[float] = None,
             above: Optional[float] = None, below: Optional[float] = None,
-            shapes: Any = ALL, directory: bool = False, absent_means: Any = _DEFAULT) -> Any:
+            shapes: Any = ALL, directory: bool = False, absent_means: Any = _DEFAULT,
+            only_with: Optional[str] = None) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
@@ -44,11 +45,14 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   NOTHING); `directory=True`: a value that is set must name an existing folder;
   `absent_means`: the value runs recorded before the setting existed were made
   with (by default the default; give it when a default changes, so that such a
-  run is not taken for one made with the new default).
+  run is not taken for one made with the new default); `only_with`: the boolean setting
+  without which this one does nothing (turning it on explicitly without that one is a usage
+  error, `cli.config_from_flags`).
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
-              "shapes": shapes, "directory": directory, "absent_means": absent_means}
+              "shapes": shapes, "directory": directory, "absent_means": absent_means,
+              "only_with": only_with}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)

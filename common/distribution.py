@@ -69,13 +69,13 @@ class DeviceConfig(Config):
   jit_compile_refinement: bool = setting(
       True, "With --jit_compile: compile refinement's chunks too. Off for the UCI network, where "
       "compiling a refinement (1-2 s) costs about what its 1,000 steps save "
-      "(benchmarks.uci_run_time).", shapes=NOTHING)
+      "(benchmarks.uci_run_time).", shapes=NOTHING, only_with="jit_compile")
   jit_compile_ensemble: bool = setting(
       True, "With --jit_compile: compile the deep ensemble's chunks too. Off for the UCI network, "
       "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.16 "
       "against 0.97 ms per step on one thread). The same draws either way; the results differ by "
       "round-off grown over the steps (a Boston run's test MLL -2.908 against -2.901).",
-      shapes=NOTHING)
+      shapes=NOTHING, only_with="jit_compile")
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "

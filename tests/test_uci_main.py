@@ -335,6 +335,10 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
      "--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
      "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile"),
     (["--nojit_compile", "--xla_cache_dir=xla"], 2, "nothing is compiled without --jit_compile"),
+    (["--nojit_compile", "--jit_compile_refinement"], 2,
+     "--jit_compile_refinement does nothing without --jit_compile; allowed: it with --jit_compile"),
+    (["--nojit_compile", "--jit_compile_ensemble"], 2,
+     "--jit_compile_ensemble does nothing without --jit_compile"),
     (["--vogn_tempering=0"], 2, "vogn_tempering=0.0 is out of range; allowed: > 0 and <= 10"),
     (["--vogn_damping=-1"], 2, "vogn_damping=-1.0 is out of range; allowed: >= 0"),
     (["--vogn_mc_samples=0"], 2, "vogn_mc_samples=0 is out of range; allowed: >= 1"),
