@@ -30,6 +30,18 @@ LOG_2PI = math.log(2.0 * math.pi)
 Objective = Callable[[tf.Tensor, Sequence[tf.Tensor]], tf.Tensor]
 
 
+class Workload(NamedTuple):
+  """A rewritten step's objective, its own variables (copies of `sources`, our model's variables
+  they start from, in the same order), the flat sizes of the normal vectors one step draws, one
+  step's batch-index shape ([B], or [M, B] for member batches) and N."""
+  objective: Objective
+  variables: list[tf.Variable]
+  sources: list[tf.Variable]
+  noise_sizes: list[int]
+  batch_shape: list[int]
+  num_examples: int
+
+
 class Loop(NamedTuple):
   """`run(num_steps) -> [num_steps, ...] objective trace`, and `tracing_count()`: how many times
   its functions have been traced so far (a timing that includes tracing is not a step time)."""
@@ -54,14 +66,9 @@ def _even(size: int) -> int:
   return size + size % 2
 
 
-def compiled_loop(objective: Objective, variables: Sequence[tf.Variable],
-                  noise_sizes: Sequence[int], batch_shape: Sequence[int], num_examples: int,
-                  seed: int, noise_outside: bool, xla: bool) -> Loop:
-  """The loop of Adam on `objective`.
-
-  `noise_sizes`: the flat sizes of the normal vectors one step draws;
-  `batch_shape`: one step's batch indices ([B], or [M, B] for member batches).
-  """
+def compiled_loop(workload: Workload, seed: int, noise_outside: bool, xla: bool) -> Loop:
+  """The loop of Adam on the workload's objective."""
+  objective, variables, _, noise_sizes, batch_shape, num_examples = workload
   variables = list(variables)
   moments = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
   iterations = tf.Variable(0.0)
@@ -119,17 +126,22 @@ def compiled_loop(objective: Objective, variables: Sequence[tf.Variable],
                 for i, size in enumerate(drawn_sizes)]
     return chunk_indices, [_box_muller(u) if xla else u for u in uniforms]
 
+  def no_draws():
+    return (tf.zeros([CHUNK, *batch_shape], tf.int32),
+            [tf.zeros([CHUNK, size]) for size in drawn_sizes] if noise_outside else [])
+
   @tf.function
   def run(num_steps):
     """The next chunk's numbers are drawn while this chunk runs (they share no variable, so
-    TensorFlow overlaps them), as our loop does; one chunk is drawn past the last."""
+    TensorFlow overlaps them), and none past the last chunk, as our loop does."""
     num_chunks = num_steps // CHUNK
     chunks = tf.TensorArray(tf.float32, size=num_chunks)
     chunk_indices, chunk_noises = draw_chunk(0)
     for number in tf.range(num_chunks):
       counter = tf.cast(number, tf.int64) * CHUNK
       chunks = chunks.write(number, compiled_chunk(counter, chunk_indices, chunk_noises))
-      chunk_indices, chunk_noises = draw_chunk(number + 1)
+      chunk_indices, chunk_noises = tf.cond(number + 1 < num_chunks,
+                                            lambda: draw_chunk(number + 1), no_draws)
     return chunks.concat()
 
   def run_steps(num_steps: int) -> tf.Tensor:
@@ -138,21 +150,17 @@ def compiled_loop(objective: Objective, variables: Sequence[tf.Variable],
                                   + compiled_chunk.experimental_get_tracing_count()))
 
 
-def _copies(tensors) -> list[tf.Variable]:
-  return [tf.Variable(tf.convert_to_tensor(t)) for t in tensors]
+def _copies(variables) -> list[tf.Variable]:
+  return [tf.Variable(variable.read_value()) for variable in variables]
 
 
-def _untransformed(scale: tf.Tensor) -> tf.Tensor:
-  return tf.math.log(tf.math.expm1(scale))
-
-
-def vi_loop(model, inputs, labels, log_likelihood, seed: int, noise_outside: bool,
-            xla: bool) -> Loop:
+def vi_workload(model, inputs, labels, log_likelihood) -> Workload:
   """Mean-field VI of a ReLU MLP with N(0, 1) priors, local reparameterisation (paper Eq. 4),
   from the initial posterior of `model` (our `DenseReparameterization` layers)."""
   parameters = [(layer.kernel, layer.bias) for layer in model.layers]
-  locs = _copies(p.posterior_loc for pair in parameters for p in pair)
-  raws = _copies(_untransformed(p.posterior_scale) for pair in parameters for p in pair)
+  loc_sources = [p.posterior_loc for pair in parameters for p in pair]
+  raw_sources = [p.untransformed_posterior_scale for pair in parameters for p in pair]
+  locs, raws = _copies(loc_sources), _copies(raw_sources)
   inputs, labels = tf.constant(inputs), tf.constant(labels)
   num_examples = int(inputs.shape[0])
 
@@ -173,28 +181,30 @@ def vi_loop(model, inputs, labels, log_likelihood, seed: int, noise_outside: boo
     return num_examples * tf.reduce_mean(log_likelihood(batch_labels, hidden)) - kl
 
   widths = [int(layer.kernel.posterior_loc.shape[-1]) for layer in model.layers]
-  return compiled_loop(objective, locs + raws, [BATCH * width for width in widths], [BATCH],
-                       num_examples, seed, noise_outside, xla)
+  return Workload(objective, locs + raws, loc_sources + raw_sources,
+                  [BATCH * width for width in widths], [BATCH], num_examples)
 
 
 class _MNFParameters:
   """Copies of one of our MNF dense layers' variables, its flows' masks, and its noise sizes."""
 
   def __init__(self, layer, batch: int):
-    self.kernel_loc, self.kernel_raw, self.bias_loc, self.bias_raw = _copies(
-        [layer.kernel_loc, layer.untransformed_kernel_scale, layer.bias_loc,
-         layer.untransformed_bias_scale])
-    self.z_loc, self.z_raw, self.projection, self.mean_weights, self.precision_weights = _copies(
-        [layer.z_loc, layer.untransformed_z_scale, layer.reverse_projection,
-         layer.reverse_mean_weights, layer.reverse_log_precision_weights])
+    self.sources = [layer.kernel_loc, layer.untransformed_kernel_scale, layer.bias_loc,
+                    layer.untransformed_bias_scale, layer.z_loc, layer.untransformed_z_scale,
+                    layer.reverse_projection, layer.reverse_mean_weights,
+                    layer.reverse_log_precision_weights]
+    self.sources += [v for weights in layer.flow_q.step_weights + layer.flow_r.step_weights
+                     for v in weights]
+    (self.kernel_loc, self.kernel_raw, self.bias_loc, self.bias_raw, self.z_loc, self.z_raw,
+     self.projection, self.mean_weights, self.precision_weights) = _copies(self.sources[:9])
     self.flow_q = [(mask, _copies(weights))
                    for mask, weights in zip(layer.flow_q.masks, layer.flow_q.step_weights)]
     self.flow_r = [(mask, _copies(weights))
                    for mask, weights in zip(layer.flow_r.masks, layer.flow_r.step_weights)]
     self.activation = layer.activation
     inputs, units = layer.kernel_loc.shape
-    # z per example, the output noise, z of the KL term, the reverse model's W c.
-    self.noise_sizes = [batch * inputs, batch * units, inputs, units]
+    # z per example and the output noise; z of the KL term and the reverse model's W c.
+    self.forward_noise_sizes, self.kl_noise_sizes = [batch * inputs, batch * units], [inputs, units]
 
   @property
   def variables(self) -> list[tf.Variable]:
@@ -251,8 +261,7 @@ def _mnf_layer(p: _MNFParameters, hidden, noises):
   return outputs, weight_kl + tf.reduce_sum(log_q) - log_reverse
 
 
-def mnf_loop(model, inputs, labels, log_likelihood, seed: int, noise_outside: bool,
-             xla: bool) -> Loop:
+def mnf_workload(model, inputs, labels, log_likelihood) -> Workload:
   """MNF's bound (MNF Eq. 12, N(0, 1) priors) of a dense network, from the initial values of
   `model` (our `DenseMNF` layers)."""
   layers = [_MNFParameters(layer, BATCH) for layer in model.layers]
@@ -260,20 +269,25 @@ def mnf_loop(model, inputs, labels, log_likelihood, seed: int, noise_outside: bo
   num_examples = int(inputs.shape[0])
 
   def objective(indices, noises):
+    """`noises`: every layer's forward-pass draws, then every layer's KL-term draws (the order
+    our layers draw in)."""
     hidden, kl = tf.gather(inputs, indices), 0.0
+    forward, kl_terms = noises[:2 * len(layers)], noises[2 * len(layers):]
     for number, layer in enumerate(layers):
-      hidden, layer_kl = _mnf_layer(layer, hidden, noises[4 * number:4 * number + 4])
+      hidden, layer_kl = _mnf_layer(layer, hidden, forward[2 * number:2 * number + 2]
+                                    + kl_terms[2 * number:2 * number + 2])
       kl += layer_kl
     log_likelihood_values = log_likelihood(tf.gather(labels, indices), hidden)
     return num_examples * tf.reduce_mean(log_likelihood_values) - kl
 
-  return compiled_loop(objective, [v for layer in layers for v in layer.variables],
-                       [size for layer in layers for size in layer.noise_sizes], [BATCH],
-                       num_examples, seed, noise_outside, xla)
+  return Workload(objective, [v for layer in layers for v in layer.variables],
+                  [v for layer in layers for v in layer.sources],
+                  [size for layer in layers for size in layer.forward_noise_sizes]
+                  + [size for layer in layers for size in layer.kl_noise_sizes], [BATCH],
+                  num_examples)
 
 
-def ensemble_loop(model, inputs, labels, epsilon: float, seed: int, noise_outside: bool,
-                  xla: bool) -> Loop:
+def ensemble_workload(model, inputs, labels, epsilon: float) -> Workload:
   """A deep ensemble of heteroscedastic ReLU MLPs on N * mean[log p(y|x) + log p(y|x_adv)]
   (fast gradient sign at `epsilon`), each member on its own batches, from the initial values
   of `model` (our `MemberDense` layers)."""
@@ -304,5 +318,5 @@ def ensemble_loop(model, inputs, labels, epsilon: float, seed: int, noise_outsid
     adversarial = log_likelihood(adversarial_inputs, batch_labels)
     return num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
 
-  return compiled_loop(objective, kernels + biases, [], [num_members, BATCH], num_examples,
-                       seed, noise_outside, xla)
+  return Workload(objective, kernels + biases, [layer.kernel for layer in dense]
+                  + [layer.bias for layer in dense], [], [num_members, BATCH], num_examples)

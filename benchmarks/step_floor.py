@@ -75,8 +75,8 @@ def _gaussian_log_likelihood(labels, outputs):
 
 
 def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: bool = False):
-  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), and its model; `chunked`:
-  its noise drawn ahead in 100-step chunks; `xla`: each chunk compiled by XLA too
+  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), its model and maximizer;
+  `chunked`: its noise drawn ahead in 100-step chunks; `xla`: each chunk compiled by XLA too
   (`--jit_compile`)."""
   import tensorflow as tf
   import tf_keras
@@ -115,19 +115,22 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   def run(num_steps):
     return maximizer.run(tf.constant(num_steps), tf.constant(LEARNING_RATE), tf.constant(0.0))[0]
 
-  return plain_tf2_loops.Loop(run, maximizer.tracing_count), model
+  return plain_tf2_loops.Loop(run, maximizer.tracing_count), model, maximizer
+
+
+def rewritten(workload: str, model, inputs, labels) -> plain_tf2_loops.Workload:
+  """The workload's plain-TF2 rewrite, starting from the current values of our `model`."""
+  if workload == "vi":
+    return plain_tf2_loops.vi_workload(model, inputs, labels, _gaussian_log_likelihood)
+  if workload == "mnf":
+    return plain_tf2_loops.mnf_workload(model, inputs, labels, _gaussian_log_likelihood)
+  return plain_tf2_loops.ensemble_workload(model, inputs, labels, ADVERSARIAL_EPSILON)
 
 
 def _hand_written(workload: str, inputs, labels, seed: int, noise_outside: bool, xla: bool):
-  """The workload's plain-TF2 rewrite, from the initial values of our model."""
-  _, model = _ours(workload, inputs, labels, seed)
-  if workload == "vi":
-    return plain_tf2_loops.vi_loop(model, inputs, labels, _gaussian_log_likelihood, seed,
-                                   noise_outside, xla)
-  if workload == "mnf":
-    return plain_tf2_loops.mnf_loop(model, inputs, labels, _gaussian_log_likelihood, seed,
-                                    noise_outside, xla)
-  return plain_tf2_loops.ensemble_loop(model, inputs, labels, ADVERSARIAL_EPSILON, seed,
+  """The workload's plain-TF2 loop, from the initial values of our model."""
+  _, model, _ = _ours(workload, inputs, labels, seed)
+  return plain_tf2_loops.compiled_loop(rewritten(workload, model, inputs, labels), seed,
                                        noise_outside, xla)
 
 
@@ -136,7 +139,7 @@ def measure(workload: str, variant: str, steps: int, seed: int) -> dict:
   the final objective (ELBO or bound, the ensemble's per-member objective: member means)."""
   inputs, labels = _data(seed)
   if variant.startswith("ours"):
-    loop, _ = _ours(workload, inputs, labels, seed, chunked=variant == "ours_chunked",
+    loop, _, _ = _ours(workload, inputs, labels, seed, chunked=variant == "ours_chunked",
                     xla=variant == "ours_xla")
   else:
     loop = _hand_written(workload, inputs, labels, seed, noise_outside=variant != "plain_tf2",
@@ -193,8 +196,13 @@ def main(argv):
       "ms_per_step": statistics.median(r["ms_per_step"] for r in values),
       "ms_per_step_rounds": [r["ms_per_step"] for r in values],
       "warm_up_seconds": statistics.median(r["warm_up_seconds"] for r in values),
+      "traces_while_timed": sum(r["traces_while_timed"] for r in values),
       "final_objective": values[0]["final_objective"]}
       for (workload, variant, threads), values in rounds.items()}
+  retraced = [name for name, row in results.items() if row["traces_while_timed"]]
+  if retraced:
+    raise RuntimeError(f"{', '.join(retraced)} traced while timed: their times include tracing; "
+                       "nothing written")
   payload = {"results": results, "steps": options.steps, "rounds": options.rounds,
              "command": command, "git_commit": git_commit(), "machine": machine_description()}
   write_json_atomically(os.path.join(options.output_dir, "speed.json"), payload)

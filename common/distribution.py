@@ -7,9 +7,9 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
   --num_cores=N    how many GPUs or TPU cores the run expects: a run that finds
                    another number of replicas stops, instead of silently
                    training on other hardware than the script says.
-  --noise_chunk_steps, --jit_compile, --jit_compile_refinement, --jit_compile_ensemble: how the
-  training
-                   loops run on their device (`auxiliary_sampling.loop_settings`);
+  --noise_chunk_steps, --jit_compile, --jit_compile_refinement, --jit_compile_ensemble:
+                   how the training loops run on their device
+                   (`auxiliary_sampling.loop_settings`);
                    --xla_cache_dir keeps the compiled loops for later runs.
 `--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
@@ -72,8 +72,8 @@ class DeviceConfig(Config):
       "(benchmarks.uci_run_time).", shapes=NOTHING, only_with="jit_compile")
   jit_compile_ensemble: bool = setting(
       True, "With --jit_compile: compile the deep ensemble's chunks too. Off for the UCI network, "
-      "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.16 "
-      "against 0.97 ms per step on one thread). The same draws either way; the results differ by "
+      "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.20 "
+      "against 1.00 ms per step on one thread). The same draws either way; the results differ by "
       "round-off grown over the steps (a Boston run's test MLL -2.908 against -2.901).",
       shapes=NOTHING, only_with="jit_compile")
   xla_cache_dir: Optional[str] = setting(

@@ -42,7 +42,7 @@ class UciConfig(MethodConfig):
   # a whole Boston run takes 14.4 s with them uncompiled against 15.3 s (same numbers).
   jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement", False)
   # The ensemble's 10 members of 5,000 steps run 1.2x faster uncompiled on one thread
-  # (benchmarks.step_floor: 0.97 against 1.16 ms per step; the floor, a hand-written loop, 0.86).
+  # (benchmarks.step_floor: 1.00 against 1.20 ms per step; the floor, a hand-written loop, 0.85).
   jit_compile_ensemble: bool = with_default(DeviceConfig, "jit_compile_ensemble", False)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
   intra_op_threads: int = setting(
@@ -63,8 +63,8 @@ class UciConfig(MethodConfig):
   def thread_count(self) -> int:
     """--intra_op_threads, -1 resolved by method (one thread for the refined methods: a whole
     Boston refined_vi run 12.5 s against 13.2 s with TensorFlow's choice, median of 6 paired
-    rounds, 5 of 6 pairs faster; for the uncompiled ensemble, 0.97 against 1.50 ms per step in
-    benchmarks.step_floor; MNF ran 12 % slower on one). $TF_NUM_INTRAOP_THREADS, if set, is
+    rounds, 5 of 6 pairs faster; for the ensemble's uncompiled chunks, 1.00 against 1.54 ms per
+    step in benchmarks.step_floor; MNF ran 12 % slower on one). $TF_NUM_INTRAOP_THREADS, if set, is
     TensorFlow's choice and is kept."""
     if self.intra_op_threads >= 0:
       return self.intra_op_threads
