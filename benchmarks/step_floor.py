@@ -55,7 +55,9 @@ VARIANTS = ("ours", "ours_chunked", "ours_xla", "plain_tf2", "plain_noise_outsid
             "xla_noise_outside")
 THREADS = ("default", "1")
 NUM_EXAMPLES, INPUTS, HIDDEN, NOISE_SCALE = 455, 13, 50, 0.5
-BATCH, CHUNK, LEARNING_RATE = plain_tf2_loops.BATCH, plain_tf2_loops.CHUNK, 1e-3
+BATCH, CHUNK = plain_tf2_loops.BATCH, plain_tf2_loops.CHUNK
+# One rate for ours and the rewrites, so the two cannot drift apart.
+LEARNING_RATE = plain_tf2_loops.LEARNING_RATE
 ENSEMBLE_MEMBERS, ADVERSARIAL_EPSILON = 10, 0.01
 WARM_UP_STEPS = 200
 
