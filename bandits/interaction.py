@@ -24,6 +24,7 @@ from bandits import mushroom
 from bandits.agents import Agent
 from bandits.config import BanditConfig
 from baselines.checkpoint_settings import claim_checkpoint_dir
+from common.config import absent_values
 
 
 def reported_steps(horizon: int, report_interval: int) -> list[int]:
@@ -143,7 +144,7 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
              config: BanditConfig, checkpoint_dir: str) -> RegretRecord:
   """Runs `agent` over the stream to the horizon, resuming from and saving to `checkpoint_dir`."""
   claim_checkpoint_dir(checkpoint_dir, dict(config.identity(), agent=agent.name),
-                       config.replace_mismatched)
+                       config.replace_mismatched, absent_values(config))
   num_seeds, horizon = len(config.seeds), config.horizon
   lines = len(agent.line_names)
   record = _CheckpointedRecord(num_seeds, lines, horizon)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from common.config import UsageError
 from common.results import write_json_atomically
@@ -21,6 +21,11 @@ from common.results import write_json_atomically
 SETTINGS_FILENAME = "settings.json"
 # What baselines.training writes: tf.train.CheckpointManager's files and the trace.
 CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
+
+
+def _as_json(values: Mapping[str, Any]) -> dict[str, Any]:
+  """`values` as JSON gives them back (tuples as lists), so records compare equal."""
+  return json.loads(json.dumps(dict(values)))
 
 
 def _describe(differing: list[str], requested: Mapping[str, Any],
@@ -39,20 +44,27 @@ def _checkpoint_files(checkpoint_dir: str) -> list[str]:
 
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
-                         replace_mismatched: bool) -> None:
+                         replace_mismatched: bool,
+                         absent_values: Optional[Mapping[str, Any]] = None) -> None:
   """Makes `checkpoint_dir` hold state of `settings` only: records them or checks the recorded ones.
 
-  A directory with checkpoint files but no settings record (made by older
-  code) counts as a mismatch, since nothing says what made it. Replacing a
+  A setting missing from the record (one added after the checkpoint was made)
+  counts as its entry in `absent_values` (`common.config.absent_values`: what
+  runs did before it existed), so adding a setting does not orphan old
+  checkpoints. A directory with checkpoint files but no settings record (made by
+  older code) counts as a mismatch, since nothing says what made it. Replacing a
   mismatch deletes the checkpoint files only, never anything else in the folder.
   """
-  settings = json.loads(json.dumps(dict(settings)))   # as JSON gives them back: tuples as lists
+  settings = _as_json(settings)
+  absent = _as_json(absent_values or {})
   path = os.path.join(checkpoint_dir, SETTINGS_FILENAME)
   if os.path.exists(path):
     with open(path) as handle:
       recorded = json.load(handle)
-    differing = sorted(
-        name for name in set(settings) | set(recorded) if settings.get(name) != recorded.get(name))
+    recorded_or_absent = {**{name: absent[name] for name in settings if name in absent},
+                          **recorded}
+    differing = sorted(name for name in set(settings) | set(recorded)
+                       if settings.get(name) != recorded_or_absent.get(name))
   else:
     recorded = {}
     differing = ["(no settings record)"] if _checkpoint_files(checkpoint_dir) else []

@@ -25,6 +25,7 @@ from baselines.config import (ENSEMBLE, MNF, PARTICLE_METHODS, PARTICLES, VI, VI
 from baselines.training import InputTransform, Penalty
 from baselines.vi_family import run_vi_family
 from common.results import write_results
+from common.config import absent_values
 
 
 @dataclasses.dataclass
@@ -60,7 +61,8 @@ def checkpoint_dir_of(config: MethodConfig, trainer: str, output_dir: str) -> st
     directory = os.path.join(config.vi_checkpoint_dir, VOGN)
   else:
     directory = os.path.join(output_dir, "checkpoints", trainer)
-  claim_checkpoint_dir(directory, config.identity(trainer), config.replace_mismatched)
+  claim_checkpoint_dir(directory, config.identity(trainer), config.replace_mismatched,
+                       absent_values(config))
   return directory
 
 

@@ -234,3 +234,20 @@ def test_particle_methods_refuse_more_than_one_replica_and_follow_the_fpovi_prot
   assert UciConfig(method="svgd").particle_batch_and_steps(901) == (1000, 3000 * 1)
   assert UciConfig(method="svgd", particle_batch_size=32,
                    particle_epochs=7).particle_batch_and_steps(100) == (32, 7 * 4)
+
+
+def test_a_setting_added_after_a_checkpoint_counts_as_what_older_runs_did(tmp_path):
+  """Catches a new setting orphaning every existing checkpoint: a record without it must match
+  a request at its absent value (what runs did before it existed) and refuse any other."""
+  directory = str(tmp_path / "vi")
+  claim_checkpoint_dir(directory, {"seed": 0}, replace_mismatched=False)
+  (tmp_path / "vi" / "ckpt-1.index").write_text("")
+  absent = {"seed": 0, "input_scaling": "unit"}
+  claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False,
+                       absent_values=absent)
+  assert (tmp_path / "vi" / "ckpt-1.index").exists()
+  with pytest.raises(UsageError, match=r"--input_scaling=unit_over_sqrt_dim \(checkpoint: not "):
+    claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit_over_sqrt_dim"},
+                         replace_mismatched=False, absent_values=absent)
+  with pytest.raises(UsageError, match=r"--input_scaling=unit \(checkpoint: not recorded\)"):
+    claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False)
