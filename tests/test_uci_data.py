@@ -100,3 +100,20 @@ def test_standardisation_uses_training_statistics_only():
   np.testing.assert_allclose(split.target_mean + split.target_std * split.y_test,
                              split.y_test_original, rtol=1e-5)
   assert abs(split.x_test[:, 0].mean()) > 1e-4   # test rows are not re-standardised on themselves
+
+
+def test_input_scaling_over_sqrt_dim_divides_every_feature_by_sqrt_of_their_number():
+  """The f-POVI authors' preprocessing: inputs standardised, then divided by sqrt(D). Catches the
+  scaling applied to the training rows only (the test rows must see the same transform) or
+  to the targets."""
+  rng = np.random.default_rng(0)
+  features = rng.normal(5, 3, size=(400, 4))
+  targets = rng.normal(size=400)
+  unit = data.prepare(features, targets, seed=2)
+  scaled = data.prepare(features, targets, seed=2, input_scaling="unit_over_sqrt_dim")
+  np.testing.assert_allclose(scaled.x_train.std(0), 0.5, rtol=1e-5)
+  np.testing.assert_allclose(scaled.x_train, unit.x_train / 2, rtol=1e-6)
+  np.testing.assert_allclose(scaled.x_test, unit.x_test / 2, rtol=1e-6)
+  np.testing.assert_array_equal(scaled.y_train, unit.y_train)
+  with pytest.raises(ValueError, match="unknown input scaling 'sqrt'; allowed: unit, "):
+    data.prepare(features, targets, input_scaling="sqrt")

@@ -22,6 +22,10 @@ class UciConfig(MethodConfig):
   split: str = setting(
       "random_80_20", "Split protocol: a random 80/20 split from the seed, or the standard "
       "90/10 splits of Gal & Ghahramani (split = seed).", choices=data.SPLITS)
+  input_scaling: str = setting(
+      "unit", "Standardised inputs' scale: unit (std 1 per feature) or unit_over_sqrt_dim (std "
+      "1/sqrt(D), the f-POVI authors' preprocessing, which their published numbers used).",
+      choices=data.INPUT_SCALINGS)
   data_dir: Optional[str] = data_dir_setting("<dir>/<dataset>/data.txt", "$REFINED_VI_DATA_DIR/uci")
   download: bool = download_setting()
   hidden_units: int = setting(50, "ReLU units of each hidden layer.", minimum=1)

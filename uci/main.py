@@ -54,7 +54,8 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   seed_everything(config.seed)
   features, targets = data.load(config.dataset, config.resolved_data_dir, config.download)
   num_splits = data.num_standard_splits(config.dataset, config.resolved_data_dir, config.download)
-  split = data.prepare(features, targets, config.split, config.seed, num_splits)
+  split = data.prepare(features, targets, config.split, config.seed, num_splits,
+                       config.input_scaling)
   run = train_method(config, uci_networks(config), split.x_train, split.y_train,
                      gaussian_head_log_likelihood, output_dir)
   metrics = dict(run.metrics)
