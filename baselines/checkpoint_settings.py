@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 from common.config import UsageError
 from common.results import write_json_atomically
@@ -44,8 +44,7 @@ def _checkpoint_files(checkpoint_dir: str) -> list[str]:
 
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
-                         replace_mismatched: bool,
-                         absent_values: Optional[Mapping[str, Any]] = None) -> None:
+                         replace_mismatched: bool, absent_values: Mapping[str, Any]) -> None:
   """Makes `checkpoint_dir` hold state of `settings` only: records them or checks the recorded ones.
 
   A setting missing from the record (one added after the checkpoint was made)
@@ -56,13 +55,12 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
   mismatch deletes the checkpoint files only, never anything else in the folder.
   """
   settings = _as_json(settings)
-  absent = _as_json(absent_values or {})
+  absent = _as_json(absent_values)
   path = os.path.join(checkpoint_dir, SETTINGS_FILENAME)
   if os.path.exists(path):
     with open(path) as handle:
       recorded = json.load(handle)
-    recorded_or_absent = {**{name: absent[name] for name in settings if name in absent},
-                          **recorded}
+    recorded_or_absent = {**absent, **recorded}
     differing = sorted(name for name in set(settings) | set(recorded)
                        if settings.get(name) != recorded_or_absent.get(name))
   else:

@@ -24,8 +24,8 @@ from baselines.config import (ENSEMBLE, MNF, PARTICLE_METHODS, PARTICLES, VI, VI
                               VOGN_FAMILY, MethodConfig)
 from baselines.training import InputTransform, Penalty
 from baselines.vi_family import run_vi_family
-from common.results import write_results
 from common.config import absent_values
+from common.results import write_results
 
 
 @dataclasses.dataclass

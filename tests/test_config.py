@@ -137,7 +137,8 @@ def test_vi_checkpoints_ignore_refinement_and_other_methods_settings():
 
 def test_checkpoint_dir_records_its_settings_and_refuses_others(tmp_path):
   directory = str(tmp_path / "vi")
-  claim_checkpoint_dir(directory, {"seed": 0, "sizes": (1, 2)}, replace_mismatched=False)
+  claim_checkpoint_dir(directory, {"seed": 0, "sizes": (1, 2)}, replace_mismatched=False,
+                       absent_values={})
   assert json.loads((tmp_path / "vi" / SETTINGS_FILENAME).read_text()) == {
       "seed": 0,
       "sizes": [1, 2]
@@ -146,10 +147,12 @@ def test_checkpoint_dir_records_its_settings_and_refuses_others(tmp_path):
   claim_checkpoint_dir(directory, {
       "seed": 0,
       "sizes": [1, 2]
-  }, replace_mismatched=False)  # same: kept
+  }, replace_mismatched=False, absent_values={})  # same: kept
   with pytest.raises(UsageError, match=r"--seed=1 \(checkpoint: 0\)"):
-    claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=False)
-  claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=True)
+    claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=False,
+                         absent_values={})
+  claim_checkpoint_dir(directory, {"seed": 1, "sizes": [1, 2]}, replace_mismatched=True,
+                       absent_values={})
   assert os.listdir(directory) == [SETTINGS_FILENAME]
 
 
@@ -157,7 +160,8 @@ def test_a_checkpoint_without_a_settings_record_is_refused(tmp_path):
   (tmp_path / "old").mkdir()
   (tmp_path / "old" / "ckpt-5.index").write_text("")
   with pytest.raises(UsageError, match="records no settings"):
-    claim_checkpoint_dir(str(tmp_path / "old"), {"seed": 0}, replace_mismatched=False)
+    claim_checkpoint_dir(str(tmp_path / "old"), {"seed": 0}, replace_mismatched=False,
+                         absent_values={})
 
 
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
@@ -215,11 +219,11 @@ def test_replacing_a_mismatched_checkpoint_deletes_only_checkpoint_files(tmp_pat
   """Mutation: discarding the whole folder (rmtree) would delete a user's other files when
   --vi_checkpoint_dir points at a folder that holds more than checkpoints."""
   folder = tmp_path / "mine"
-  claim_checkpoint_dir(str(folder), {"seed": 0}, replace_mismatched=False)
+  claim_checkpoint_dir(str(folder), {"seed": 0}, replace_mismatched=False, absent_values={})
   for name in ("checkpoint", "ckpt-5.index", "ckpt-5.data-00000-of-00001", "trace.npz",
                "notes.txt"):
     (folder / name).write_text("x")
-  claim_checkpoint_dir(str(folder), {"seed": 1}, replace_mismatched=True)
+  claim_checkpoint_dir(str(folder), {"seed": 1}, replace_mismatched=True, absent_values={})
   assert sorted(os.listdir(folder)) == ["notes.txt", SETTINGS_FILENAME]
   assert json.loads((folder / SETTINGS_FILENAME).read_text()) == {"seed": 1}
 
@@ -240,7 +244,7 @@ def test_a_setting_added_after_a_checkpoint_counts_as_what_older_runs_did(tmp_pa
   """Catches a new setting orphaning every existing checkpoint: a record without it must match
   a request at its absent value (what runs did before it existed) and refuse any other."""
   directory = str(tmp_path / "vi")
-  claim_checkpoint_dir(directory, {"seed": 0}, replace_mismatched=False)
+  claim_checkpoint_dir(directory, {"seed": 0}, replace_mismatched=False, absent_values={})
   (tmp_path / "vi" / "ckpt-1.index").write_text("")
   absent = {"seed": 0, "input_scaling": "unit"}
   claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False,
@@ -250,4 +254,5 @@ def test_a_setting_added_after_a_checkpoint_counts_as_what_older_runs_did(tmp_pa
     claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit_over_sqrt_dim"},
                          replace_mismatched=False, absent_values=absent)
   with pytest.raises(UsageError, match=r"--input_scaling=unit \(checkpoint: not recorded\)"):
-    claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False)
+    claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False,
+                         absent_values={})

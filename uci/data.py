@@ -84,7 +84,7 @@ SPLITS = ("random_80_20", "standard_90_10")
 # unit: every input feature standardised to mean 0, std 1 (the paper's protocol).
 # unit_over_sqrt_dim: std 1/sqrt(D) for D features, as the f-POVI authors' code (thu-ml/fpovi,
 # ffn/dataset.py) divides by std * sqrt(D); with their fixed N(0, 1/fan_out) weight prior this
-# changes the model, so reproducing their published numbers needs it.
+# changes the model, so a faithful rerun of their setting uses it.
 INPUT_SCALINGS = ("unit", "unit_over_sqrt_dim")
 
 
