@@ -10,7 +10,7 @@ from typing import ClassVar, Optional
 
 from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
-from baselines.vogn_settings import CURVATURES, VognSettings
+from baselines.vogn_settings import CURVATURES, PRIORS, VognSettings
 from baselines.learning_rate import LearningRateSchedule
 from common.config import NOTHING, RESULTS, UsageError, setting
 from common.distribution import DeviceConfig
@@ -115,10 +115,15 @@ class MethodConfig(DeviceConfig):
   vogn_curvature_decay: float = setting(
       0.999, "VOGN: beta_2, decay of the curvature estimate s.", minimum=0, below=1,
       shapes=(VOGN,))
-  vogn_prior_precision: float = setting(
-      1.0, "VOGN: delta, precision of the fixed prior N(0, 1/delta) of every weight (VOGN has no "
-      "empirical Bayes); refined_vogn refines against the same prior.", above=0, maximum=1e6,
+  vogn_prior: str = setting(
+      "fixed", "VOGN's prior: fixed (Algorithm 1's N(0, 1/delta)) or empirical_bayes (each "
+      "weight tensor's prior variance set after every step to mean(mu^2 + sigma^2) over the "
+      "tensor, its closed-form optimum; VI learns the same scale by gradient).", choices=PRIORS,
       shapes=(VOGN,))
+  vogn_prior_precision: float = setting(
+      1.0, "VOGN: delta, precision of the prior N(0, 1/delta) of every weight (with "
+      "--vogn_prior=empirical_bayes, the initial one); refined_vogn refines against VOGN's final "
+      "prior.", above=0, maximum=1e6, shapes=(VOGN,))
   vogn_tempering: float = setting(
       1.0, "VOGN: tau, the KL's weight in the objective (1: the ELBO; < 1: a colder posterior).",
       above=0, maximum=10.0, shapes=(VOGN,))
@@ -247,11 +252,13 @@ class MethodConfig(DeviceConfig):
     """VOGN's hyperparameters from the flags."""
     return VognSettings(momentum=self.vogn_momentum, curvature_decay=self.vogn_curvature_decay,
                         tempering=self.vogn_tempering, damping=self.vogn_damping,
-                        mc_samples=self.vogn_mc_samples, curvature=self.vogn_curvature)
+                        mc_samples=self.vogn_mc_samples, curvature=self.vogn_curvature,
+                        prior=self.vogn_prior)
 
   def mean_field_prior(self) -> tuple[float, bool]:
-    """(initial prior scale, whether it is learned) of the mean-field networks: VOGN's fixed
-    N(0, 1/delta), else N(0, 1) learned by empirical Bayes if --empirical_bayes_prior."""
+    """(initial prior scale, whether Adam learns it) of the mean-field networks: VOGN's
+    N(0, 1/delta), which VOGN itself keeps or sets (--vogn_prior), else N(0, 1) learned by
+    empirical Bayes if --empirical_bayes_prior."""
     if self.method in VOGN_FAMILY:
       return self.vogn_prior_precision ** -0.5, False
     return 1.0, self.empirical_bayes_prior

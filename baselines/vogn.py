@@ -2,8 +2,11 @@
 
 VOGN fits the same Gaussian mean-field posterior as `baselines.vi`, q(w) =
 N(mu, sigma^2), with the prior N(0, 1/delta) the model's mean-field layers
-hold (a fixed scale, no empirical Bayes), but by a natural-gradient update
-instead of Adam on (mu, softplus^-1 sigma). For the tempered objective
+hold, but by a natural-gradient update instead of Adam on (mu, softplus^-1
+sigma). Algorithm 1's prior is fixed; with `prior="empirical_bayes"` each
+weight tensor's prior variance is set after every step to the KL's minimiser
+mean(mu^2 + sigma^2) over that tensor (type-II maximum likelihood in closed
+form, where VI follows the gradient of the same scale), so delta varies. For the tempered objective
 E_q[log p(D | w)] - tau * KL(q || p), with delta~ = tau * delta / N, each step:
 
   w ~ q (per_batch weight noise; `mc_samples` draws, averaged),
@@ -74,7 +77,8 @@ class VognMaximizer(ElboMaximizer):
     if any(p.num_members is not None for p in self.parameters):
       raise ValueError("VOGN trains one posterior: build the model without a member axis")
     if any(p.untransformed_prior_scale.trainable for p in self.parameters):
-      raise ValueError("VOGN's prior is fixed: build the model with trainable_prior_scale=False")
+      raise ValueError("VOGN sets its prior itself (fixed or by closed-form empirical Bayes): "
+                       "build the model with trainable_prior_scale=False")
     locs = [p.posterior_loc for p in self.parameters]
     mean_field_ids = {id(v) for p in self.parameters for v in p.state_variables}
     others = [v for v in model.trainable_variables if id(v) not in mean_field_ids]
@@ -168,6 +172,15 @@ class VognMaximizer(ElboMaximizer):
       _write(parameter.untransformed_posterior_scale,
              softplus_inverse(tf.sqrt(variance)))
 
+  def set_empirical_bayes_priors(self) -> None:
+    """Each tensor's prior variance := mean(mu^2 + sigma^2) over the tensor, the value that
+    minimises KL(q || N(0, v)) = sum_j [(mu_j^2 + sigma_j^2) / v + log v] / 2 + const in v
+    (the KL is the only term of the ELBO that holds the prior)."""
+    for parameter in self.parameters:
+      variance = tf.reduce_mean(tf.square(parameter.posterior_loc) + parameter.posterior_variance)
+      scale = tf.broadcast_to(tf.sqrt(variance), parameter.untransformed_prior_scale.shape)
+      _write(parameter.untransformed_prior_scale, softplus_inverse(scale))
+
   def _replica_terms(self, num_replicas: int, replica, inputs, labels,
                      transform_seed) -> tuple[tf.Tensor, tf.Tensor]:
     """(N * mean log p, KL) of this replica's examples: the forward pass of a VOGN step, where all
@@ -217,6 +230,8 @@ class VognMaximizer(ElboMaximizer):
     if state.adam is not None:
       state.adam.apply(other_gradients, learning_rate)
     self.set_posterior_scales()
+    if settings.prior == "empirical_bayes":
+      self.set_empirical_bayes_priors()
     elbo = self._num_examples_float * mean_log_likelihood[0] - kl
     return elbo, kl
 

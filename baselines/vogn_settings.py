@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 CURVATURES = ("squared_gradients", "gauss_newton")
+# VOGN's prior: Algorithm 1's fixed N(0, 1/delta), or one variance per weight tensor set after
+# every step to its empirical-Bayes optimum (the scale VI learns by gradient).
+PRIORS = ("fixed", "empirical_bayes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +20,7 @@ class VognSettings:
   damping: float = 0.0             # gamma, external damping of the mean's step
   mc_samples: int = 1              # weight draws per step
   curvature: str = "squared_gradients"
+  prior: str = "fixed"
 
   def __post_init__(self):
     checks = ((0 <= self.momentum < 1, "momentum", "in [0, 1)"),
@@ -24,7 +28,8 @@ class VognSettings:
               (self.tempering > 0, "tempering", "> 0"), (self.damping >= 0, "damping", ">= 0"),
               (isinstance(self.mc_samples, int) and self.mc_samples >= 1, "mc_samples",
                "an integer >= 1"),
-              (self.curvature in CURVATURES, "curvature", f"one of {', '.join(CURVATURES)}"))
+              (self.curvature in CURVATURES, "curvature", f"one of {', '.join(CURVATURES)}"),
+              (self.prior in PRIORS, "prior", f"one of {', '.join(PRIORS)}"))
     for holds, name, allowed in checks:
       if not holds:
         raise ValueError(f"VOGN {name}={getattr(self, name)!r} is not allowed; allowed: {allowed}")

@@ -64,6 +64,60 @@ def test_gauss_newton_fixed_point_is_the_exact_mean_field_optimum():
   assert np.all(np.abs(np.mean(locs, axis=0) - exact_mean) < 0.15 * exact_scale)
 
 
+def _mean_field_empirical_bayes_optimum(inputs, labels):
+  """The exact joint optimum of mean-field VI with one learned prior variance v on Bayesian
+  linear regression: for fixed v the mean-field optimum is the exact posterior mean with
+  variances 1 / diag(precision); v = mean(mu^2 + sigma^2) at it; iterated to the fixed point."""
+  gram = inputs.T @ inputs / NOISE_SCALE**2
+  variance = 1.0
+  for _ in range(500):
+    precision = gram + np.eye(len(gram)) / variance
+    mean = np.linalg.solve(precision, inputs.T @ labels[:, 0] / NOISE_SCALE**2)
+    scale = 1.0 / np.sqrt(np.diag(precision))
+    variance = np.mean(mean**2 + scale**2)
+  return mean, scale, variance
+
+
+def test_empirical_bayes_prior_reaches_the_joint_mean_field_optimum():
+  """With --vogn_prior=empirical_bayes, VOGN (Gauss-Newton, linear regression) settles at the
+  exact joint optimum of the mean-field ELBO over the posterior and the prior variance, far
+  from the initial prior's 1/4. Catches an M-step that is never applied (v stays 1/4) or
+  lets the mean's step and sigma^2 use a stale delta. (Here sigma^2 is ~1e-3 of mu^2, so a
+  dropped sigma^2 is the next test's to catch.)"""
+  seed_everything(0)
+  inputs, labels = _linear_regression_data()
+  model = _linear_model()
+  settings = VognSettings(curvature="gauss_newton", momentum=0.5, prior="empirical_bayes")
+  trainer = VognTrainer(model, inputs, labels, _known_noise_log_likelihood, settings=settings,
+                        learning_rate=0.05, batch_size=512, steps_per_checkpoint=4000)
+  trainer.train(4000)
+  kernel = model.layers[0].kernel
+  exact_mean, exact_scale, exact_variance = _mean_field_empirical_bayes_optimum(inputs, labels)
+  np.testing.assert_allclose(kernel.prior_variance.numpy().ravel(), exact_variance, rtol=0.02)
+  np.testing.assert_allclose(kernel.posterior_scale.numpy()[:, 0], exact_scale, rtol=0.01)
+  assert np.all(np.abs(kernel.posterior_loc.numpy()[:, 0] - exact_mean) < 0.5 * exact_scale)
+
+
+def test_empirical_bayes_step_minimises_the_kl_over_the_prior_variance():
+  """The M-step's variance is the minimiser of KL(q || N(0, v)) over v, on a posterior whose
+  scales matter (a planted mean(mu^2) alone, or a mean over the wrong axis, moves it off)."""
+  seed_everything(1)
+  inputs, labels = _linear_regression_data(num_examples=64)
+  model = _noisy_regression_network()
+  maximizer = VognMaximizer(model, inputs, labels, gaussian_head_log_likelihood,
+                            VognSettings(prior="empirical_bayes"), batch_size=64)
+  for parameter in maximizer.parameters:
+    parameter.posterior_loc.assign(0.3 * tf.random.normal(parameter.posterior_loc.shape))
+    parameter.untransformed_posterior_scale.assign(
+        tf.random.uniform(parameter.posterior_loc.shape, -1.0, 0.5))
+  maximizer.set_empirical_bayes_priors()
+  for parameter in maximizer.parameters:
+    best = parameter.prior_variance.numpy().ravel()[0]
+    kl = lambda v: float(tf.reduce_sum(tf.square(parameter.posterior_loc) / v
+                                       + parameter.posterior_variance / v + np.log(v)))
+    assert kl(best) < min(kl(best * 0.97), kl(best * 1.03))
+
+
 def _loop_terms(maximizer, inputs, labels, noises, counters):
   """Per example i, at the draw the counters fix: (gradients of -log p_i, of the mean output)."""
   terms = []
@@ -168,7 +222,8 @@ def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla():
 
 @pytest.mark.parametrize("name, value", [("momentum", 1.0), ("curvature_decay", -0.1),
                                          ("tempering", 0.0), ("damping", -1.0),
-                                         ("mc_samples", 0), ("curvature", "hessian")])
+                                         ("mc_samples", 0), ("curvature", "hessian"),
+                                         ("prior", "learned")])
 def test_settings_out_of_range_are_refused(name, value):
   with pytest.raises(ValueError, match=f"VOGN {name}="):
     VognSettings(**{name: value})
