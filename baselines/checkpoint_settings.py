@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Mapping
 
-from common.config import UsageError
+from common.config import UsageError, differing_settings, recorded_or_absent
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
@@ -23,16 +23,11 @@ SETTINGS_FILENAME = "settings.json"
 CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
 
 
-def _as_json(values: Mapping[str, Any]) -> dict[str, Any]:
-  """`values` as JSON gives them back (tuples as lists), so records compare equal."""
-  return json.loads(json.dumps(dict(values)))
-
-
-def _describe(differing: list[str], requested: Mapping[str, Any],
-              recorded: Mapping[str, Any]) -> str:
-  return ", ".join(
-      f"--{name}={requested.get(name)} (checkpoint: {recorded.get(name, 'not recorded')})"
-      for name in differing)
+def _describe(differing: list[str], requested: Mapping[str, Any], recorded: Mapping[str, Any],
+              absent: Mapping[str, Any]) -> str:
+  return ", ".join(f"--{name}={requested[name]} "
+                   f"(checkpoint: {recorded_or_absent(recorded, absent, name)})"
+                   for name in differing)
 
 
 def _checkpoint_files(checkpoint_dir: str) -> list[str]:
@@ -47,29 +42,26 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
                          replace_mismatched: bool, absent_values: Mapping[str, Any]) -> None:
   """Makes `checkpoint_dir` hold state of `settings` only: records them or checks the recorded ones.
 
-  A setting missing from the record (one added after the checkpoint was made)
-  counts as its entry in `absent_values` (`common.config.absent_values`: what
-  runs did before it existed), so adding a setting does not orphan old
-  checkpoints. A directory with checkpoint files but no settings record (made by
-  older code) counts as a mismatch, since nothing says what made it. Replacing a
-  mismatch deletes the checkpoint files only, never anything else in the folder.
+  The comparison is `common.config.differing_settings`, the one results.json
+  reruns use: a setting missing from the record (added after the checkpoint was
+  made) counts as its entry in `absent_values` (`common.config.absent_values`),
+  so adding a setting does not orphan old checkpoints. A directory with
+  checkpoint files but no settings record (made by older code) counts as a
+  mismatch, since nothing says what made it. Replacing a mismatch deletes the
+  checkpoint files only, never anything else in the folder.
   """
-  settings = _as_json(settings)
-  absent = _as_json(absent_values)
   path = os.path.join(checkpoint_dir, SETTINGS_FILENAME)
   if os.path.exists(path):
     with open(path) as handle:
       recorded = json.load(handle)
-    recorded_or_absent = {**absent, **recorded}
-    differing = sorted(name for name in set(settings) | set(recorded)
-                       if settings.get(name) != recorded_or_absent.get(name))
+    differing = differing_settings(settings, recorded, absent_values)
   else:
     recorded = {}
     differing = ["(no settings record)"] if _checkpoint_files(checkpoint_dir) else []
   if differing:
     if not replace_mismatched:
-      what = ("records no settings" if not recorded
-              else f"was made with other settings: {_describe(differing, settings, recorded)}")
+      what = ("records no settings" if not recorded else "was made with other settings: "
+              + _describe(differing, settings, recorded, absent_values))
       raise UsageError(f"the checkpoint in {checkpoint_dir} {what}; use another directory, or "
                        "--replace_mismatched to discard it and train afresh")
     for name in _checkpoint_files(checkpoint_dir):

@@ -171,28 +171,43 @@ class Config:
     return selected
 
   def differences(self, recorded: Mapping[str, Any], trainer: Optional[str] = None) -> list[str]:
-    """Names of the settings in `identity(trainer)` whose recorded value differs.
+    """Names of the settings in `identity(trainer)` whose recorded value differs
+    (`differing_settings`: a setting absent from the record counts as `absent_values`)."""
+    return differing_settings(self.identity(trainer), recorded, absent_values(self))
 
-    A setting absent from the record counts as what runs made before it existed
-    did (`absent_values`).
-    """
-    absent = absent_values(self)
-    differing = []
-    for name, value in self.identity(trainer).items():
-      before = recorded.get(name, absent[name])
-      if isinstance(before, tuple):
-        before = list(before)
-      if before != value:
-        differing.append(name)
-    return differing
+
+def _as_recorded(value: Any) -> Any:
+  """`value` as a JSON record gives it back (tuples as lists), so that records compare equal."""
+  if isinstance(value, (tuple, list)):
+    return [_as_recorded(element) for element in value]
+  if isinstance(value, Mapping):
+    return {key: _as_recorded(element) for key, element in value.items()}
+  return value
+
+
+def recorded_or_absent(recorded: Mapping[str, Any], absent: Mapping[str, Any], name: str) -> Any:
+  """What a record says `name` was: its entry, else what runs did before the setting existed."""
+  return recorded[name] if name in recorded else absent.get(name, "not recorded")
+
+
+def differing_settings(requested: Mapping[str, Any], recorded: Mapping[str, Any],
+                       absent: Mapping[str, Any]) -> list[str]:
+  """Names in `requested` whose value differs from a settings record (a results.json's flags or a
+  checkpoint's settings.json), in order, for every check of state against settings.
+
+  A name missing from the record counts as its `absent` value (`absent_values`: what runs did
+  before the setting existed), so adding a setting orphans no results and no checkpoints. Names
+  recorded but not requested (settings since removed, or not shaping this state) are ignored.
+  """
+  return [name for name, value in requested.items()
+          if _as_recorded(recorded_or_absent(recorded, absent, name)) != _as_recorded(value)]
 
 
 def describe_differences(config: Config, recorded: Mapping[str, Any], names: Sequence[str]) -> str:
   """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line."""
   absent = absent_values(config)
-  return ", ".join(
-      f"--{name}={getattr(config, name)} (recorded: {recorded.get(name, absent[name])})"
-      for name in names)
+  return ", ".join(f"--{name}={getattr(config, name)} "
+                   f"(recorded: {recorded_or_absent(recorded, absent, name)})" for name in names)
 
 
 def absent_values(config: Config) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import pytest
 
 from baselines.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
 from common import cli
-from common.config import (NOTHING, RESULTS, Config, UsageError, describe_differences, setting,
+from common.config import (NOTHING, RESULTS, Config, UsageError, absent_values,
+                           describe_differences, differing_settings, setting,
                            with_default)
 from image.config import ImageConfig
 from toy.multimodal import ToyConfig
@@ -250,9 +251,27 @@ def test_a_setting_added_after_a_checkpoint_counts_as_what_older_runs_did(tmp_pa
   claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False,
                        absent_values=absent)
   assert (tmp_path / "vi" / "ckpt-1.index").exists()
-  with pytest.raises(UsageError, match=r"--input_scaling=unit_over_sqrt_dim \(checkpoint: not "):
+  with pytest.raises(UsageError, match=r"--input_scaling=unit_over_sqrt_dim \(checkpoint: unit\)"):
     claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit_over_sqrt_dim"},
                          replace_mismatched=False, absent_values=absent)
   with pytest.raises(UsageError, match=r"--input_scaling=unit \(checkpoint: not recorded\)"):
     claim_checkpoint_dir(directory, {"seed": 0, "input_scaling": "unit"}, replace_mismatched=False,
                          absent_values={})
+
+
+def test_results_and_checkpoint_records_are_compared_by_one_rule(tmp_path):
+  """A results.json's flags and a checkpoint's settings.json are judged alike
+  (`differing_settings`): absent settings at their absent value, tuples equal to the lists JSON
+  gives back, settings recorded but no longer requested (removed) ignored. Catches the two checks
+  drifting apart again, as when only one of them knew the absent values."""
+  config = NewDefault(chunk=0)
+  record = {"removed_setting": 3}
+  assert config.differences(record) == []
+  directory = str(tmp_path / "state")
+  claim_checkpoint_dir(directory, record, replace_mismatched=False, absent_values={})
+  (tmp_path / "state" / "ckpt-1.index").write_text("")
+  claim_checkpoint_dir(directory, {"chunk": 0}, replace_mismatched=False,
+                       absent_values=absent_values(config))
+  assert (tmp_path / "state" / "ckpt-1.index").exists()
+  assert differing_settings({"sizes": (1, 2), "chunk": 100}, {"sizes": [1, 2]}, {"chunk": 0}) == [
+      "chunk"]
