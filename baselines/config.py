@@ -117,9 +117,14 @@ class MethodConfig(DeviceConfig):
       shapes=(VOGN,))
   vogn_prior: str = setting(
       "fixed", "VOGN's prior: fixed (Algorithm 1's N(0, 1/delta)) or empirical_bayes (each "
-      "weight tensor's prior variance set after every step to mean(mu^2 + sigma^2) over the "
-      "tensor, its closed-form optimum; VI learns the same scale by gradient).", choices=PRIORS,
-      shapes=(VOGN,))
+      "weight tensor's prior variance moved after every step towards mean(mu^2 + sigma^2) over "
+      "the tensor, its closed-form optimum, at --vogn_prior_decay; VI learns the same scale by "
+      "gradient).", choices=PRIORS, shapes=(VOGN,))
+  vogn_prior_decay: float = setting(
+      0.999, "VOGN with --vogn_prior=empirical_bayes: v <- decay v + (1 - decay) mean(mu^2 + "
+      "sigma^2) per step. 0 jumps to the optimum at every step, which pins zero-initialised "
+      "biases at zero (results/related/ablations/vogn_empirical_bayes/).", minimum=0, below=1,
+      absent_means=0.0, shapes=(VOGN,))
   vogn_prior_precision: float = setting(
       1.0, "VOGN: delta, precision of the prior N(0, 1/delta) of every weight (with "
       "--vogn_prior=empirical_bayes, the initial one); refined_vogn refines against VOGN's final "
@@ -253,7 +258,7 @@ class MethodConfig(DeviceConfig):
     return VognSettings(momentum=self.vogn_momentum, curvature_decay=self.vogn_curvature_decay,
                         tempering=self.vogn_tempering, damping=self.vogn_damping,
                         mc_samples=self.vogn_mc_samples, curvature=self.vogn_curvature,
-                        prior=self.vogn_prior)
+                        prior=self.vogn_prior, prior_decay=self.vogn_prior_decay)
 
   def mean_field_prior(self) -> tuple[float, bool]:
     """(initial prior scale, whether Adam learns it) of the mean-field networks: VOGN's

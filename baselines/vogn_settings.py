@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 CURVATURES = ("squared_gradients", "gauss_newton")
-# VOGN's prior: Algorithm 1's fixed N(0, 1/delta), or one variance per weight tensor set after
-# every step to its empirical-Bayes optimum (the scale VI learns by gradient).
+# VOGN's prior: Algorithm 1's fixed N(0, 1/delta), or one variance per weight tensor moved after
+# every step towards its empirical-Bayes optimum (the scale VI learns by gradient).
 PRIORS = ("fixed", "empirical_bayes")
 
 
@@ -21,6 +21,7 @@ class VognSettings:
   mc_samples: int = 1              # weight draws per step
   curvature: str = "squared_gradients"
   prior: str = "fixed"
+  prior_decay: float = 0.999       # empirical_bayes: v <- d v + (1 - d) mean(mu^2 + sigma^2)
 
   def __post_init__(self):
     checks = ((0 <= self.momentum < 1, "momentum", "in [0, 1)"),
@@ -29,7 +30,8 @@ class VognSettings:
               (isinstance(self.mc_samples, int) and self.mc_samples >= 1, "mc_samples",
                "an integer >= 1"),
               (self.curvature in CURVATURES, "curvature", f"one of {', '.join(CURVATURES)}"),
-              (self.prior in PRIORS, "prior", f"one of {', '.join(PRIORS)}"))
+              (self.prior in PRIORS, "prior", f"one of {', '.join(PRIORS)}"),
+              (0 <= self.prior_decay < 1, "prior_decay", "in [0, 1)"))
     for holds, name, allowed in checks:
       if not holds:
         raise ValueError(f"VOGN {name}={getattr(self, name)!r} is not allowed; allowed: {allowed}")

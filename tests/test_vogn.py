@@ -81,16 +81,16 @@ def _mean_field_empirical_bayes_optimum(inputs, labels):
 def test_empirical_bayes_prior_reaches_the_joint_mean_field_optimum():
   """With --vogn_prior=empirical_bayes, VOGN (Gauss-Newton, linear regression) settles at the
   exact joint optimum of the mean-field ELBO over the posterior and the prior variance, far
-  from the initial prior's 1/4. Catches an M-step that is never applied (v stays 1/4) or
-  lets the mean's step and sigma^2 use a stale delta. (Here sigma^2 is ~1e-3 of mu^2, so a
-  dropped sigma^2 is the next test's to catch.)"""
+  from the initial prior's 1/4, at the default decay 0.999. Catches an M-step that is never
+  applied (v stays 1/4), or one that drifts elsewhere (a decay towards the wrong variable).
+  (Here sigma^2 is ~1e-3 of mu^2, so a dropped sigma^2 is the next test's to catch.)"""
   seed_everything(0)
   inputs, labels = _linear_regression_data()
   model = _linear_model()
   settings = VognSettings(curvature="gauss_newton", momentum=0.5, prior="empirical_bayes")
   trainer = VognTrainer(model, inputs, labels, _known_noise_log_likelihood, settings=settings,
                         learning_rate=0.05, batch_size=512, steps_per_checkpoint=4000)
-  trainer.train(4000)
+  trainer.train(8000)
   kernel = model.layers[0].kernel
   exact_mean, exact_scale, exact_variance = _mean_field_empirical_bayes_optimum(inputs, labels)
   np.testing.assert_allclose(kernel.prior_variance.numpy().ravel(), exact_variance, rtol=0.02)
@@ -110,12 +110,36 @@ def test_empirical_bayes_step_minimises_the_kl_over_the_prior_variance():
     parameter.posterior_loc.assign(0.3 * tf.random.normal(parameter.posterior_loc.shape))
     parameter.untransformed_posterior_scale.assign(
         tf.random.uniform(parameter.posterior_loc.shape, -1.0, 0.5))
-  maximizer.set_empirical_bayes_priors()
+  maximizer.set_empirical_bayes_priors(decay=0.0)
   for parameter in maximizer.parameters:
     best = parameter.prior_variance.numpy().ravel()[0]
     kl = lambda v: float(tf.reduce_sum(tf.square(parameter.posterior_loc) / v
                                        + parameter.posterior_variance / v + np.log(v)))
     assert kl(best) < min(kl(best * 0.97), kl(best * 1.03))
+
+
+def _empirical_bayes_network_after(prior_decay: float):
+  seed_everything(2)
+  inputs, labels = _linear_regression_data(num_examples=256)
+  model = _noisy_regression_network()
+  trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
+                        batch_size=64, settings=VognSettings(prior="empirical_bayes",
+                                                             prior_decay=prior_decay))
+  trainer.train(600)
+  return mean_field_parameters(model)
+
+
+def test_gradual_empirical_bayes_keeps_a_zero_initialised_bias_alive():
+  """Why the prior moves at --vogn_prior_decay rather than jumping: at decay 0 the output bias,
+  initialised at zero, gets v = mean(mu^2 + sigma^2) ~ its own tiny sigma^2 at the first step,
+  a prior precision that pins it at zero for good (the collapse behind energy's -2.4 and naval's
+  non-finite refinement); at the default decay its prior stays broad. Catches the default being
+  set back to 0 or the decay ignored."""
+  pinned_bias = _empirical_bayes_network_after(prior_decay=0.0)[-1]
+  assert pinned_bias.prior_variance.numpy().ravel()[0] < 1e-3
+  assert np.abs(pinned_bias.posterior_loc.numpy()).max() < 1e-3
+  free_bias = _empirical_bayes_network_after(prior_decay=VognSettings().prior_decay)[-1]
+  assert free_bias.prior_variance.numpy().ravel()[0] > 0.1
 
 
 def _loop_terms(maximizer, inputs, labels, noises, counters):
@@ -223,7 +247,7 @@ def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla():
 @pytest.mark.parametrize("name, value", [("momentum", 1.0), ("curvature_decay", -0.1),
                                          ("tempering", 0.0), ("damping", -1.0),
                                          ("mc_samples", 0), ("curvature", "hessian"),
-                                         ("prior", "learned")])
+                                         ("prior", "learned"), ("prior_decay", 1.0)])
 def test_settings_out_of_range_are_refused(name, value):
   with pytest.raises(ValueError, match=f"VOGN {name}="):
     VognSettings(**{name: value})
