@@ -18,7 +18,8 @@ Adam 1e-3. Methods:
                      Glorot-uniform kernels and [0, 1] pixels as in uncertainty-baselines'
                      deterministic LeNet-5, the source of the paper's ensemble numbers;
   vogn               the same mean-field LeNet-5 fitted by VOGN (baselines.vogn; not in
-                     the paper), a fixed N(0, 1) prior, --vi_steps steps;
+                     the paper), a fixed N(0, 1) prior (or --vogn_prior=empirical_bayes),
+                     --vi_steps steps;
   refined_vogn       VOGN, then M = 10 refined samples as refined_vi.
 Metrics: test MLL, accuracy, Brier score, ECE; ELBO and ELBO_aux on the whole
 training set; wall times and peak memory.

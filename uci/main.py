@@ -15,7 +15,8 @@ units of y. Methods:
   mnf                multiplicative normalizing flows, 30,000 steps;
   deep_ensemble      10 heteroscedastic members, 5,000 adversarial steps each;
   vogn               the mean-field network fitted by VOGN (baselines.vogn; not in the
-                     paper), a fixed N(0, 1) prior, --vi_steps steps;
+                     paper), a fixed N(0, 1) prior (or --vogn_prior=empirical_bayes),
+                     --vi_steps steps;
   refined_vogn       VOGN, then M refined samples as refined_vi;
   svgd, fsvgd        20 particles by weight-space or function-space SVGD (baselines.particles;
                      not in the paper), the f-POVI paper's settings (Adam 0.004, batch 100 for
