@@ -84,7 +84,8 @@ def _data_section(csv_names: list[str], latex_names: list[str], results_dir: str
 
 
 # The related methods' comparison tables (results/related/, written by <benchmark>.related_table).
-RELATED_TABLES = ("uci_table.md", "fpovi_table8.md", os.path.join("misso", "figure1.md"))
+RELATED_TABLES = ("uci_table.md", "fpovi_table8.md", "image_table.md",
+                  os.path.join("misso", "figure1.md"))
 
 
 def _related_section(results_dir: str) -> str:

@@ -55,3 +55,26 @@ def test_fpovi_table8_sets_our_runs_beside_the_published_numbers(tmp_path):
   row = next(line for line in text.splitlines() if line.startswith("| boston_housing"))
   assert row == ("| boston_housing | f-SVGD | 2 | 2.40 ± 0.10 | 2.33 ± 0.05 | 2.70 ± 0.20 | "
                  "2.58 ± 0.12 | +0.6 |")
+
+
+def _write_image_run(folder, method, seed, test_mll, accuracy):
+  import json
+  folder.mkdir(parents=True)
+  (folder / "results.json").write_text(json.dumps(dict(
+      benchmark="image", dataset="mnist", method=method, seed=seed, git_commit="abc", flags={},
+      timings={"train_seconds": 100.0},
+      metrics=dict(test_mll=test_mll, test_accuracy=accuracy, ece=0.01, brier=0.02))))
+
+
+def test_image_table_sets_vogn_beside_table_2s_runs(tmp_path):
+  """VOGN's LeNet-5 runs (the related folder) and Table 2's (the results folder) meet in one
+  table, paired by seed. Catches the related folder being read as Table 2's or skipped."""
+  from image import related_table as image_related_table
+  for seed, mll in enumerate([-0.03, -0.04]):
+    _write_image_run(tmp_path / "image" / "mnist" / "vi" / f"seed_{seed}", "vi", seed, mll, 0.99)
+  _write_image_run(tmp_path / "related" / "mnist" / "vogn" / "seed_0", "vogn", 0, -0.05, 0.98)
+  text = image_related_table.write_table(str(tmp_path / "image"), str(tmp_path / "related"),
+                                         str(tmp_path))
+  assert (tmp_path / "image_table.md").read_text() == text
+  assert "| mnist | -0.0350 ± 0.0071 (2) | -0.0500 (1) |" in text
+  assert "| VOGN − VI | mnist | 1 | -0.020 | 0/1 |" in text
