@@ -88,6 +88,12 @@ def paired_differences(runs: pd.DataFrame, metric: str, higher_is_better: bool =
   return lines
 
 
+def provenance(runs: pd.DataFrame, commands: str) -> str:
+  """The title's last line: how to regenerate the runs and the table, how many, from which code."""
+  commits = ", ".join(sorted(str(c) for c in runs.git_commit.unique()))
+  return f"Commands: {commands}. Runs: {len(runs)}; code commits: {commits}."
+
+
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],
                     metrics: Sequence[tuple[str, str, str]], title: Sequence[str],
                     paired_metric: str) -> str:

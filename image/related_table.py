@@ -36,16 +36,16 @@ def write_table(results_dir: str, related_dir: str, output_dir: str) -> str:
   if runs.empty:
     raise cli.UsageError(f"no LeNet-5 runs of {', '.join(METHODS)} under --results_dir="
                          f"{results_dir} or --related_dir={related_dir}")
-  commits = ", ".join(sorted(str(c) for c in runs.git_commit.unique()))
   title = ["# LeNet-5: VOGN and refined VOGN beside the VI family (paper Table 2's protocol)", "",
            "The standard train/test split, LeNet-5 with per-channel standardised inputs, batch "
            "256, 30,000 steps, M = 10 draws or refined samples (K = 5, ratio 0.7, 200 steps "
            "each). VOGN: Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, "
            "tau 1, gamma 0, one weight draw per step, a fixed N(0, 1) prior (VI learns one "
            "prior scale per tensor).", "",
-           "Commands: `common/run_table.sh --benchmark=image --output_root=results/related "
-           "--datasets=mnist --seeds=0 --methods=\"vogn refined_vogn\" -- --intra_op_threads=1` "
-           f"and `python -m image.related_table`. Runs: {len(runs)}; code commits: {commits}."]
+           related_table.provenance(
+               runs, "`common/run_table.sh --benchmark=image --output_root=results/related "
+               "--datasets=mnist --seeds=0 --methods=\"vogn refined_vogn\" -- "
+               "--intra_op_threads=1` and `python -m image.related_table`")]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
   tables.write_text(os.path.join(output_dir, "image_table.md"), text)
   return text

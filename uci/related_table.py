@@ -47,7 +47,6 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
     frames.append(variant.assign(method=variant.method + "_gauss_newton"))
   runs = pd.concat(frames, ignore_index=True)
   runs = runs[runs.method.isin(METHODS)]
-  commits = ", ".join(sorted(str(c) for c in runs.git_commit.unique()))
   title = ["# UCI regression: VOGN and refined VOGN beside the VI family", "",
            "Paper Table 1's protocol: random 80/20 splits from seeds 0-4, 50 ReLU units, 30,000 "
            "steps of batch 256, M = 10 refined samples (K = 5, ratio 0.7, 200 steps each). VOGN: "
@@ -55,9 +54,9 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            "one draw per step, a fixed N(0, 1) prior. SVGD and f-SVGD: 20 particles of the same "
            "network, Adam 4e-3 on -phi, batch 100 for 500 epochs (1000 for 3000 past 900 "
            "training examples), the f-POVI paper's priors.", "",
-           f"Commands: `uci/run_table.sh --output_root=results/related --methods=\"vogn "
-           f"refined_vogn svgd fsvgd\"` and `python -m uci.related_table`. Runs: {len(runs)}; "
-           f"code commits: {commits}."]
+           related_table.provenance(
+               runs, "`uci/run_table.sh --output_root=results/related --methods=\"vogn "
+               "refined_vogn svgd fsvgd\"` and `python -m uci.related_table`")]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
   tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
   return text
