@@ -15,19 +15,12 @@ import json
 import os
 from typing import Any, Mapping
 
-from common.config import UsageError, differing_settings, recorded_or_absent
+from common.config import UsageError, describe_settings, differing_settings
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
 # What baselines.training writes: tf.train.CheckpointManager's files and the trace.
 CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
-
-
-def _describe(differing: list[str], requested: Mapping[str, Any], recorded: Mapping[str, Any],
-              absent: Mapping[str, Any]) -> str:
-  return ", ".join(f"--{name}={requested[name]} "
-                   f"(checkpoint: {recorded_or_absent(recorded, absent, name)})"
-                   for name in differing)
 
 
 def _checkpoint_files(checkpoint_dir: str) -> list[str]:
@@ -61,7 +54,7 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
   if differing:
     if not replace_mismatched:
       what = ("records no settings" if not recorded else "was made with other settings: "
-              + _describe(differing, settings, recorded, absent_values))
+              + describe_settings(settings, recorded, absent_values, differing, "checkpoint"))
       raise UsageError(f"the checkpoint in {checkpoint_dir} {what}; use another directory, or "
                        "--replace_mismatched to discard it and train afresh")
     for name in _checkpoint_files(checkpoint_dir):

@@ -185,9 +185,16 @@ def _as_recorded(value: Any) -> Any:
   return value
 
 
-def recorded_or_absent(recorded: Mapping[str, Any], absent: Mapping[str, Any], name: str) -> Any:
-  """What a record says `name` was: its entry, else what runs did before the setting existed."""
-  return recorded[name] if name in recorded else absent.get(name, "not recorded")
+# What `_recorded_or_absent` gives for a setting neither recorded nor with an absent value: equal
+# to no requested value, so such a setting always differs.
+_NOT_RECORDED = object()
+
+
+def _recorded_or_absent(recorded: Mapping[str, Any], absent: Mapping[str, Any], name: str,
+                        missing: Any = _NOT_RECORDED) -> Any:
+  """What a record says `name` was: its entry, else what runs did before the setting existed,
+  else `missing`."""
+  return recorded[name] if name in recorded else absent.get(name, missing)
 
 
 def differing_settings(requested: Mapping[str, Any], recorded: Mapping[str, Any],
@@ -200,14 +207,24 @@ def differing_settings(requested: Mapping[str, Any], recorded: Mapping[str, Any]
   recorded but not requested (settings since removed, or not shaping this state) are ignored.
   """
   return [name for name, value in requested.items()
-          if _as_recorded(recorded_or_absent(recorded, absent, name)) != _as_recorded(value)]
+          if _as_recorded(_recorded_or_absent(recorded, absent, name)) != _as_recorded(value)]
+
+
+def describe_settings(requested: Mapping[str, Any], recorded: Mapping[str, Any],
+                      absent: Mapping[str, Any], names: Sequence[str],
+                      label: str = "recorded") -> str:
+  """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line: each named setting's
+  requested value and what the record says (`label`: whose record)."""
+  return ", ".join(
+      f"--{name}={requested[name]} "
+      f"({label}: {_recorded_or_absent(recorded, absent, name, 'not recorded')})"
+      for name in names)
 
 
 def describe_differences(config: Config, recorded: Mapping[str, Any], names: Sequence[str]) -> str:
-  """"--seed=1 (recorded: 0), --split=... (recorded: ...)" for an error line."""
-  absent = absent_values(config)
-  return ", ".join(f"--{name}={getattr(config, name)} "
-                   f"(recorded: {recorded_or_absent(recorded, absent, name)})" for name in names)
+  """`describe_settings` for a config's differences from a results.json's flags."""
+  return describe_settings({name: getattr(config, name) for name in names}, recorded,
+                           absent_values(config), names)
 
 
 def absent_values(config: Config) -> dict[str, Any]:

@@ -275,3 +275,5 @@ def test_results_and_checkpoint_records_are_compared_by_one_rule(tmp_path):
   assert (tmp_path / "state" / "ckpt-1.index").exists()
   assert differing_settings({"sizes": (1, 2), "chunk": 100}, {"sizes": [1, 2]}, {"chunk": 0}) == [
       "chunk"]
+  # Neither recorded nor with an absent value: different, whatever the requested value is.
+  assert differing_settings({"agent": "not recorded"}, {}, {}) == ["agent"]
