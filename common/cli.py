@@ -22,6 +22,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import sys
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -184,9 +185,11 @@ def config_from_flags(config_class: type, flag_values: flags.FlagValues = flags.
   return config_class(**values)
 
 
-def prepare_output_dir(output_dir: str) -> None:
-  """Creates `output_dir` or raises UsageError in one line if it cannot hold results."""
+def prepare_output_dir(output_dir: str) -> bool:
+  """Creates `output_dir` or raises UsageError in one line if it cannot hold results; returns
+  whether it was created."""
   require(bool(output_dir), "--output_dir is required")
+  existed = os.path.isdir(output_dir)
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
     raise UsageError(
         f"--output_dir={output_dir} is a file; it must be a directory (or not exist yet)")
@@ -196,6 +199,21 @@ def prepare_output_dir(output_dir: str) -> None:
     raise UsageError(f"--output_dir={output_dir} cannot be created: {error.strerror}") from None
   if not os.access(output_dir, os.W_OK | os.X_OK):
     raise UsageError(f"--output_dir={output_dir} is not writable")
+  return not existed
+
+
+@contextlib.contextmanager
+def removed_if_failed_empty(output_dir: str, created: bool) -> Iterator[None]:
+  """Deletes `output_dir` again if it was `created` for a run that then failed before writing
+  any file in it (a refused checkpoint, bad data), so a refusal leaves nothing behind; a failed
+  run's checkpoints or summaries are kept."""
+  try:
+    yield
+  except BaseException:
+    if created and os.path.isdir(output_dir) and not any(
+        files for _, _, files in os.walk(output_dir)):
+      shutil.rmtree(output_dir)
+    raise
 
 
 def remove_stale_temporaries(output_dir: str) -> list[str]:
@@ -333,15 +351,16 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     config = config_from_flags(config_class)
     config.validate()
     output_dir = flags.FLAGS.output_dir
-    prepare_output_dir(output_dir)
+    created = prepare_output_dir(output_dir)
     remove_stale_temporaries(output_dir)
     if finished_run_matches(config, output_dir):
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return
     note_start_commit()
-    quiet_tensorflow_startup(flags.FLAGS.tf_log, config.thread_count(),
-                             getattr(config, "xla_cache_dir", None))
-    metrics = train_and_evaluate(config, output_dir)
+    with removed_if_failed_empty(output_dir, created):
+      quiet_tensorflow_startup(flags.FLAGS.tf_log, config.thread_count(),
+                               getattr(config, "xla_cache_dir", None))
+      metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:
       if name in metrics:
         value = metrics[name]

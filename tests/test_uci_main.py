@@ -144,6 +144,12 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
   ]
   same = _run(f"--output_dir={tmp_path / 's0'}", f"--vi_checkpoint_dir={shared}", *flags)
   assert same.returncode == 0 and "already holds this run" in same.stdout
+  # Refused by the checkpoint, a run in a new output directory leaves no directory behind.
+  # Mutation: keeping the directory created before the refusal fails here.
+  fresh = tmp_path / "s2"
+  refused = _run(f"--output_dir={fresh}", f"--vi_checkpoint_dir={shared}", "--seed=2", *flags)
+  assert refused.returncode == 2 and "--seed=2 (checkpoint: 1)" in refused.stderr
+  assert not fresh.exists()
   # A run recorded before --noise_chunk_steps existed drew its noise inside each step: not today's
   # default (100) for UCI.
   path = tmp_path / "s0" / "results.json"
