@@ -44,7 +44,7 @@ def write_table(results_dir: str, related_dir: str, output_dir: str) -> str:
            "prior scale per tensor).", "",
            related_table.provenance(
                runs, "`common/run_table.sh --benchmark=image --output_root=results/related "
-               "--datasets=mnist --seeds=0 --methods=\"vogn refined_vogn\" -- "
+               "--datasets=\"mnist fashion_mnist\" --seeds=0 --methods=\"vogn refined_vogn\" -- "
                "--intra_op_threads=1` and `python -m image.related_table`")]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
   tables.write_text(os.path.join(output_dir, "image_table.md"), text)
