@@ -124,7 +124,7 @@ class MethodConfig(DeviceConfig):
       0.999, "VOGN with --vogn_prior=empirical_bayes: v <- decay v + (1 - decay) mean(mu^2 + "
       "sigma^2) per step. 0 jumps to the optimum at every step, which pins zero-initialised "
       "biases at zero (results/related/ablations/vogn_empirical_bayes/).", minimum=0, below=1,
-      absent_means=0.0, shapes=(VOGN,))
+      absent_means=0.0, shapes=(VOGN,), only_when=("vogn_prior", "empirical_bayes"))
   vogn_prior_precision: float = setting(
       1.0, "VOGN: delta, precision of the prior N(0, 1/delta) of every weight (with "
       "--vogn_prior=empirical_bayes, the initial one); refined_vogn refines against VOGN's final "

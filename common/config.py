@@ -36,7 +36,8 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
             minimum: Optional[float] = None, maximum: Optional[float] = None,
             above: Optional[float] = None, below: Optional[float] = None,
             shapes: Any = ALL, directory: bool = False, absent_means: Any = _DEFAULT,
-            only_with: Optional[str] = None) -> Any:
+            only_with: Optional[str] = None,
+            only_when: Optional[tuple[str, Any]] = None) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
@@ -47,12 +48,13 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   with (by default the default; give it when a default changes, so that such a
   run is not taken for one made with the new default); `only_with`: the boolean setting
   without which this one does nothing (turning it on explicitly without that one is a usage
-  error, `cli.config_from_flags`).
+  error, `cli.config_from_flags`); `only_when=(name, value)`: the setting does nothing unless
+  setting `name` has `value` (so a table's commands leave it out otherwise).
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
               "shapes": shapes, "directory": directory, "absent_means": absent_means,
-              "only_with": only_with}
+              "only_with": only_with, "only_when": only_when}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
@@ -169,6 +171,18 @@ class Config:
       value = getattr(self, field.name)
       selected[field.name] = list(value) if isinstance(value, tuple) else value
     return selected
+
+  def shaping_settings(self) -> list[str]:
+    """Names of the settings that shape a run's results at this config's values: not those
+    that shape nothing, nor those that do nothing at these values (`only_when`)."""
+    names = []
+    for field in dataclasses.fields(self):
+      only_when = field.metadata.get("only_when")
+      if field.metadata.get("shapes", ALL) == NOTHING or (
+          only_when and getattr(self, only_when[0]) != only_when[1]):
+        continue
+      names.append(field.name)
+    return names
 
   def differences(self, recorded: Mapping[str, Any], trainer: Optional[str] = None) -> list[str]:
     """Names of the settings in `identity(trainer)` whose recorded value differs

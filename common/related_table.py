@@ -9,13 +9,18 @@ posterior beat VI's).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
+import re
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from common import tables
+from common.config import absent_values, differing_settings
 
 METHOD_TITLES = dict(tables.METHOD_TITLES, vogn="VOGN", refined_vogn="Refined VOGN",
                      vogn_gauss_newton="VOGN (GN)",
@@ -88,17 +93,102 @@ def paired_differences(runs: pd.DataFrame, metric: str, higher_is_better: bool =
   return lines
 
 
-def provenance(runs: pd.DataFrame, commands: str) -> str:
-  """The title's last line: how to regenerate the runs and the table, how many, from which code."""
+def provenance(runs: pd.DataFrame) -> str:
+  """The title's last line: how many runs, from which code, and where their commands are."""
   commits = ", ".join(sorted(str(c) for c in runs.git_commit.unique()))
-  return f"Commands: {commands}. Runs: {len(runs)}; code commits: {commits}."
+  return (f"Runs: {len(runs)}; code commits: {commits}. The commands that made them are at the "
+          "end.")
+
+
+def commands_section(runs: pd.DataFrame, config_class: type, table_command: str) -> list[str]:
+  """Markdown lines ending a table: the commands that remake its runs
+  (`reproduction_commands`), then the one that writes the table."""
+  commands = reproduction_commands(runs, config_class)
+  note = (" (`--noise_chunk_steps=0`: the per-step draws of runs made before the compiled loop)"
+          if any("--noise_chunk_steps=0" in command for command in commands) else "")
+  return ["", "## Commands", "",
+          "Each line remakes its runs, with the settings each run recorded where they differ "
+          f"from today's defaults{note}; then `{table_command}` writes this file.", "",
+          *commands]
+
+
+# Settings that name the run rather than shape it: the run_table line gives them.
+_RUN_NAMING = ("dataset", "method", "seed", "vi_checkpoint_dir")
+# <root>/<benchmark>/<dataset>/<method>/seed_<s>/results.json: a run of a run_table.sh layout.
+_TABLE_LAYOUT = re.compile(r"^(?P<root>.+)/(?P<benchmark>[a-z_]+)/(?P<dataset>[^/]+)/"
+                           r"(?P<method>[^/]+)/seed_(?P<seed>[0-9]+)/results\.json$")
+
+
+def _flags_beyond_defaults(flags: dict, config_class: type) -> str:
+  """The recorded settings that shape the run and differ from today's defaults of
+  `config_class`, as flags (a setting missing from the record counts as what runs did before it
+  existed, `absent_values`)."""
+  defaults = config_class()
+  absent = absent_values(defaults)
+  fields = {field.name for field in dataclasses.fields(config_class)}
+  values = {name: flags.get(name, absent[name]) for name in fields}
+  recorded = config_class(**{name: tuple(value) if isinstance(value, list) else value
+                              for name, value in values.items()})
+  parts = []
+  for name in recorded.shaping_settings():
+    value = values[name]
+    if name in _RUN_NAMING or not differing_settings({name: getattr(defaults, name)},
+                                                     {name: value}, absent):
+      continue
+    if isinstance(value, bool):
+      parts.append(f"--{'' if value else 'no'}{name}")
+    elif isinstance(value, list):
+      parts.append(f"--{name}={','.join(str(v) for v in value)}")
+    else:
+      parts.append(f"--{name}={value}")
+  return " ".join(parts)
+
+
+def _span(values: Sequence[int]) -> str:
+  """Seeds as run_table.sh takes them: "0 1 2"."""
+  return " ".join(str(v) for v in sorted(set(values)))
+
+
+def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
+  """Markdown lines: the command that remakes each group of `runs` (rows with a results.json
+  `path`), read from the settings each run recorded, so the table says exactly how every number
+  was made. Runs of a run_table.sh layout sharing root, datasets, seeds and settings make one
+  run_table.sh line; any other run gets its own `python -m <benchmark>.main` line."""
+  seeds_of: dict[tuple, set[int]] = {}
+  singles = []
+  for path in sorted(set(runs.path)):
+    with open(path) as stream:
+      record = json.load(stream)
+    extra = _flags_beyond_defaults(record.get("flags", {}), config_class)
+    match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
+    if match is None or match["method"] != record["method"]:
+      singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
+                     f"--method={record['method']} --seed={record['seed']} "
+                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}`")
+      continue
+    key = (match["root"], match["benchmark"], record["method"], extra, record["dataset"])
+    seeds_of.setdefault(key, set()).add(int(record["seed"]))
+  datasets_of: dict[tuple, list[str]] = {}
+  for (root, benchmark, method, extra, dataset), seeds in seeds_of.items():
+    datasets_of.setdefault((root, benchmark, method, extra, _span(seeds)), []).append(dataset)
+  merged: dict[tuple, list[str]] = {}
+  for (root, benchmark, method, extra, seeds), datasets in datasets_of.items():
+    key = (root, benchmark, " ".join(sorted(datasets)), seeds, extra)
+    merged.setdefault(key, []).append(method)
+  lines = []
+  for (root, benchmark, datasets, seeds, extra), methods in sorted(merged.items()):
+    lines.append(f"- `common/run_table.sh --benchmark={benchmark} --output_root={root} "
+                 f"--datasets=\"{datasets}\" --seeds=\"{seeds}\" "
+                 f"--methods=\"{' '.join(sorted(methods))}\"" + (f" -- {extra}" if extra else "")
+                 + "`")
+  return lines + singles
 
 
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],
                     metrics: Sequence[tuple[str, str, str]], title: Sequence[str],
-                    paired_metric: str) -> str:
+                    paired_metric: str, config_class: type, table_command: str) -> str:
   """The whole comparison: title lines, a table per (metric, heading, number format), compute,
-  paired differences."""
+  paired differences, and the commands (`commands_section`)."""
   runs = runs.assign(compute_seconds=compute_seconds(runs))
   lines = list(title)
   for metric, heading, number_format in list(metrics) + [
@@ -108,4 +198,5 @@ def comparison_text(runs: pd.DataFrame, methods: Sequence[str],
       lines += metric_table(runs, methods, metric, number_format)
   lines += ["", f"## Paired differences in {paired_metric} (positive: the first is better)", ""]
   lines += paired_differences(runs, paired_metric)
+  lines += commands_section(runs, config_class, table_command)
   return "\n".join(lines) + "\n"

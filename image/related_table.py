@@ -20,6 +20,7 @@ from absl import flags
 
 from common import cli, related_table, tables
 from image import table
+from image.config import ImageConfig
 
 METHODS = ("deep_ensemble", "mnf", "vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn")
 METRICS = (("test_mll", "Test MLL", ",.4f"), ("test_accuracy", "Test accuracy", ".4f"),
@@ -42,11 +43,9 @@ def write_table(results_dir: str, related_dir: str, output_dir: str) -> str:
            "each). VOGN: Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, "
            "tau 1, gamma 0, one weight draw per step, a fixed N(0, 1) prior (VI learns one "
            "prior scale per tensor).", "",
-           related_table.provenance(
-               runs, "`common/run_table.sh --benchmark=image --output_root=results/related "
-               "--datasets=\"mnist fashion_mnist\" --seeds=0 --methods=\"vogn refined_vogn\" -- "
-               "--intra_op_threads=1` and `python -m image.related_table`")]
-  text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
+           related_table.provenance(runs)]
+  text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", ImageConfig,
+                                       "python -m image.related_table")
   tables.write_text(os.path.join(output_dir, "image_table.md"), text)
   return text
 

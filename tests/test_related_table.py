@@ -1,4 +1,6 @@
 """common.related_table: the comparison of related methods with the VI family."""
+import json
+
 import pandas as pd
 import pytest
 
@@ -78,3 +80,48 @@ def test_image_table_sets_vogn_beside_table_2s_runs(tmp_path):
   assert (tmp_path / "image_table.md").read_text() == text
   assert "| mnist | -0.0350 ± 0.0071 (2) | -0.0500 (1) |" in text
   assert "| VOGN − VI | mnist | 1 | -0.020 | 0/1 |" in text
+
+
+def _write_uci_record(path, method, dataset, seed, **changes):
+  from uci.config import UciConfig
+  flags = {**UciConfig(method=method, dataset=dataset, seed=seed).as_dict(), **changes}
+  for name in [name for name, value in changes.items() if value is None]:
+    del flags[name]   # recorded before the setting existed
+  path.mkdir(parents=True)
+  (path / "results.json").write_text(json.dumps(dict(
+      benchmark="uci", dataset=dataset, method=method, seed=seed, git_commit="abc", flags=flags,
+      metrics={"test_mll": -1.0, "target_std": 1.0}, timings={"train_seconds": 1.0})))
+
+
+def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
+  """The runs: vi and vogn on boston seeds 0-1 (vogn recorded before --noise_chunk_steps and
+  --vogn_prior_decay existed), vogn on wine seed 0 only, an empirical-Bayes VOGN recorded before
+  the decay existed, and a run outside the run_table layout. Catches: seeds pooled across datasets
+  (a command claiming wine seed 1), a setting missing from a record taken as today's default
+  (the per-step draws, the decay 0 of the first EB runs), and a setting shown where it does
+  nothing (the decay under the fixed prior)."""
+  from uci import table
+  from uci.config import UciConfig
+  root = tmp_path / "results"
+  for seed in (0, 1):
+    _write_uci_record(root / "uci" / "boston_housing" / "vi" / f"seed_{seed}", "vi",
+                      "boston_housing", seed)
+    _write_uci_record(root / "uci" / "boston_housing" / "vogn" / f"seed_{seed}", "vogn",
+                      "boston_housing", seed, noise_chunk_steps=None, vogn_prior_decay=None)
+  _write_uci_record(root / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
+                    noise_chunk_steps=None, vogn_prior_decay=None)
+  _write_uci_record(root / "eb" / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
+                    vogn_prior="empirical_bayes", vogn_prior_decay=None)
+  _write_uci_record(root / "probe", "vi", "wine", 3, hidden_units=20)
+  runs = table.load_runs(str(root))
+  assert related_table.reproduction_commands(runs, UciConfig) == [
+      f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
+      "--seeds=\"0 1\" --methods=\"vi\"`",
+      f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
+      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0`",
+      f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"wine\" "
+      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0`",
+      f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "
+      "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0`",
+      f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
+      f"--output_dir={root}/probe`"]

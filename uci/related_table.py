@@ -25,6 +25,7 @@ from absl import flags
 
 from common import cli, related_table, results_loader, tables
 from uci import table
+from uci.config import UciConfig
 
 METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn_gauss_newton",
            "refined_vogn_gauss_newton", "svgd", "fsvgd")
@@ -54,10 +55,9 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            "one draw per step, a fixed N(0, 1) prior. SVGD and f-SVGD: 20 particles of the same "
            "network, Adam 4e-3 on -phi, batch 100 for 500 epochs (1000 for 3000 past 900 "
            "training examples), the f-POVI paper's priors.", "",
-           related_table.provenance(
-               runs, "`uci/run_table.sh --output_root=results/related --methods=\"vogn "
-               "refined_vogn svgd fsvgd\"` and `python -m uci.related_table`")]
-  text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll")
+           related_table.provenance(runs)]
+  text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", UciConfig,
+                                       "python -m uci.related_table")
   tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
   return text
 
@@ -74,7 +74,7 @@ def fpovi_table8_text(runs_dir: str) -> str:
            "the last column divides the NLL difference by both standard errors combined. Our "
            "90/10 permutations are our own, seeded by the split number (the published index "
            "files are not among our checksummed files).",
-           "", f"Code commits: {', '.join(sorted(str(c) for c in runs.git_commit.unique()))}.", "",
+           "", related_table.provenance(runs), "",
            "| dataset | method | splits | NLL (ours) | NLL (paper) | RMSE (ours) | RMSE (paper) "
            "| ours − paper, NLL, in combined s.e. |", "|---|---|---|---|---|---|---|---|"]
   for (dataset, method), group in runs.groupby(["dataset", "method"]):
@@ -97,6 +97,7 @@ def fpovi_table8_text(runs_dir: str) -> str:
       paper_nll = paper_rmse = gap_text = "–"
     lines.append(f"| {dataset} | {related_table.METHOD_TITLES.get(method, method)} | {count} | "
                  f"{ours(nll)} | {paper_nll} | {ours(rmse)} | {paper_rmse} | {gap_text} |")
+  lines += related_table.commands_section(runs, UciConfig, "python -m uci.related_table")
   return "\n".join(lines) + "\n"
 
 
