@@ -16,12 +16,12 @@ NOISE_SCALE = 0.5
 PRIOR_PRECISION = 4.0
 
 
-def _linear_regression_data(num_examples=512, num_features=3, seed=0):
+def _linear_regression_data(num_examples=512, num_features=3, seed=0, data_noise=NOISE_SCALE):
   rng = np.random.default_rng(seed)
   inputs = rng.normal(size=(num_examples, num_features)).astype(np.float32)
   inputs *= np.array([1.0, 0.5, 2.0], np.float32)[:num_features]
   weights = np.array([1.0, -2.0, 0.5], np.float32)[:num_features]
-  labels = inputs @ weights + NOISE_SCALE * rng.normal(size=num_examples).astype(np.float32)
+  labels = inputs @ weights + data_noise * rng.normal(size=num_examples).astype(np.float32)
   return inputs, labels[:, None]
 
 
@@ -62,6 +62,45 @@ def test_gauss_newton_fixed_point_is_the_exact_mean_field_optimum():
   # Each mean hovers about its optimum by a fraction of its own sigma (weight noise): measured
   # over 8 noise seeds, the 20-snapshot average stays within 0.09 sigma_i of it.
   assert np.all(np.abs(np.mean(locs, axis=0) - exact_mean) < 0.15 * exact_scale)
+
+
+def _empirical_fisher_fixed_point(inputs, labels):
+  """Where Algorithm 1's VOGN (squared per-example gradients) settles on linear regression with
+  known noise s: its mean step sees the expected gradient, linear in w, so the mean is the exact
+  posterior mean; its curvature is E_q[mean_i g_i^2] = mean_i x_ij^2 (r_i^2 + sum_k x_ik^2
+  sigma_k^2) / s^4 with residuals r = y - X mu, and sigma_j^2 = 1 / (N curvature_j + delta),
+  iterated to the fixed point."""
+  gram = inputs.T @ inputs / NOISE_SCALE**2
+  mean = np.linalg.solve(gram + PRIOR_PRECISION * np.eye(len(gram)),
+                         inputs.T @ labels[:, 0] / NOISE_SCALE**2)
+  residuals = labels[:, 0] - inputs @ mean
+  variance = np.ones(len(gram))
+  for _ in range(200):
+    spread = residuals**2 + inputs**2 @ variance
+    curvature = np.mean(inputs**2 * spread[:, None], axis=0) / NOISE_SCALE**4
+    variance = 1.0 / (len(inputs) * curvature + PRIOR_PRECISION)
+  return mean, np.sqrt(variance), 1.0 / np.sqrt(np.diag(gram) + PRIOR_PRECISION)
+
+
+def test_squared_gradient_fixed_point_is_the_empirical_fisher_closed_form():
+  """Algorithm 1's default curvature on linear regression whose model assumes half the data's
+  noise std: the residuals are twice the assumed noise, so the empirical Fisher is ~4x the
+  Gauss-Newton curvature and VOGN's scales settle at ~half the mean-field optimum's, at the
+  closed form of `_empirical_fisher_fixed_point`. Catches a curvature from the squared batch-mean
+  gradient instead of the mean of per-example squares (near zero at the fixed point: scales
+  near the prior's), or the Gauss-Newton term in its place (scales 2x)."""
+  seed_everything(0)
+  inputs, labels = _linear_regression_data(data_noise=2 * NOISE_SCALE)
+  model = _linear_model()
+  trainer = VognTrainer(model, inputs, labels, _known_noise_log_likelihood,
+                        settings=VognSettings(momentum=0.5), learning_rate=0.05,
+                        batch_size=512, steps_per_checkpoint=6000)
+  trainer.train(6000)
+  exact_mean, fisher_scale, gauss_newton_scale = _empirical_fisher_fixed_point(inputs, labels)
+  assert np.all(fisher_scale < 0.6 * gauss_newton_scale)   # the case tells the two apart
+  kernel = model.layers[0].kernel
+  np.testing.assert_allclose(kernel.posterior_scale.numpy()[:, 0], fisher_scale, rtol=0.02)
+  assert np.all(np.abs(kernel.posterior_loc.numpy()[:, 0] - exact_mean) < 0.5 * fisher_scale)
 
 
 def _mean_field_empirical_bayes_optimum(inputs, labels):
