@@ -100,6 +100,7 @@ def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
   assert scaled["target_std"] == pytest.approx(10 * original["target_std"], rel=1e-9)
   assert scaled["test_mll"] == pytest.approx(original["test_mll"] - math.log(10.0), abs=1e-3)
   assert scaled["test_rmse"] == pytest.approx(10 * original["test_rmse"], rel=1e-3)
+  assert scaled["calibration_error"] == pytest.approx(original["calibration_error"], abs=1e-3)
 
 
 def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path):

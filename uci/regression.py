@@ -2,16 +2,32 @@
 targets (`baselines.gaussian_head`)."""
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.predictive import gaussian_log_likelihood, predictive_log_likelihood
 
 
+# Nominal levels of the regression calibration error: 0.05, 0.10, ..., 0.95.
+CALIBRATION_LEVELS = np.linspace(0.05, 0.95, 19)
+
+
+def calibration_error(probability_integral_transforms) -> float:
+  """Mean over nominal levels p of |p - the fraction of test points whose predictive CDF at the
+  label, F_i(y_i), is at most p| (Kuleshov et al. 2018's calibration of a regressor, with the
+  absolute rather than squared gap, the regression counterpart of a classifier's ECE): 0 when the
+  predictive quantiles cover as often as they claim."""
+  transforms = np.asarray(probability_integral_transforms, np.float64)
+  covered = np.mean(transforms[None, :] <= CALIBRATION_LEVELS[:, None], axis=1)
+  return float(np.mean(np.abs(covered - CALIBRATION_LEVELS)))
+
+
 def regression_metrics(outputs, labels_original, target_mean: float,
                        target_std: float) -> dict[str, float]:
-  """Test MLL (log-mean-exp over the M members, mean over points) and RMSE of the mixture mean.
+  """Test MLL (log-mean-exp over the M members, mean over points), RMSE of the mixture mean and
+  the calibration error of the mixture (`calibration_error`).
 
-  `outputs` [M, N, 2] are predictions for standardised targets; both metrics
+  `outputs` [M, N, 2] are predictions for standardised targets; the MLL and RMSE
   are in the original units of y.
   """
   outputs = tf.convert_to_tensor(outputs, tf.float32)
@@ -20,7 +36,12 @@ def regression_metrics(outputs, labels_original, target_mean: float,
                                                    target_shift=target_mean,
                                                    target_scale=target_std)
   mixture_mean = target_mean + target_std * tf.reduce_mean(outputs[..., 0], axis=0)
+  standardised_labels = (labels - target_mean) / target_std
+  mixture_cdf = tf.reduce_mean(
+      0.5 * tf.math.erfc(-(standardised_labels - outputs[..., 0]) / (outputs[..., 1] * 2**0.5)),
+      axis=0)
   return {
       "test_mll": float(tf.reduce_mean(predictive_log_likelihood(member_log_likelihoods))),
       "test_rmse": float(tf.sqrt(tf.reduce_mean(tf.square(mixture_mean - labels)))),
+      "calibration_error": calibration_error(mixture_cdf.numpy()),
   }

@@ -31,6 +31,8 @@ METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn
            "refined_vogn_gauss_newton", "svgd", "fsvgd")
 FPOVI_TABLE8 = os.path.join(results_loader.DEFAULT_PAPER_DIR, "fpovi_table8_uci.csv")
 METRICS = (("test_mll", "Test MLL", ",.3f"), ("test_rmse", "Test RMSE", ".3g"),
+           ("calibration_error", "Calibration error (the regression ECE; runs that record it)",
+            ".3f"),
            ("elbo", "ELBO (VI or VOGN posterior)", ",.1f"),
            ("elbo_aux", "ELBO_aux (refined)", ",.1f"))
 
