@@ -22,7 +22,6 @@ import glob
 import json
 import logging
 import os
-import shutil
 import sys
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -205,14 +204,18 @@ def prepare_output_dir(output_dir: str) -> bool:
 @contextlib.contextmanager
 def removed_if_failed_empty(output_dir: str, created: bool) -> Iterator[None]:
   """Deletes `output_dir` again if it was `created` for a run that then failed before writing
-  any file in it (a refused checkpoint, bad data), so a refusal leaves nothing behind; a failed
-  run's checkpoints or summaries are kept."""
+  any file in it (a refused checkpoint, bad data), so a refusal leaves nothing behind. Only empty
+  folders are removed (bottom up, `os.rmdir`), so a failed run's checkpoints or summaries, or a
+  file another process wrote meanwhile, are kept; the run's own error is what is reported."""
   try:
     yield
   except BaseException:
-    if created and os.path.isdir(output_dir) and not any(
-        files for _, _, files in os.walk(output_dir)):
-      shutil.rmtree(output_dir)
+    if created:
+      for folder, _, _ in sorted(os.walk(output_dir), key=lambda entry: -len(entry[0])):
+        try:
+          os.rmdir(folder)
+        except OSError:
+          pass
     raise
 
 

@@ -160,11 +160,14 @@ class Config:
             for name, value in dataclasses.asdict(self).items()}
 
   def identity(self, trainer: Optional[str] = None) -> dict[str, Any]:
-    """The settings that shape a trainer's checkpoint (or, with None, a run's results)."""
+    """The settings that shape a trainer's checkpoint (or, with None, a run's results); a
+    setting that does nothing at these values (`only_when`) is left out, so a record made
+    before it existed still matches."""
+    active = set(self.shaping_settings())
     selected = {}
     for field in dataclasses.fields(self):
       shapes = field.metadata.get("shapes", ALL)
-      if shapes == NOTHING:
+      if field.name not in active:
         continue
       if trainer is not None and shapes != ALL and (shapes == RESULTS or trainer not in shapes):
         continue

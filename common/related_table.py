@@ -119,25 +119,25 @@ _TABLE_LAYOUT = re.compile(r"^(?P<root>.+)/(?P<benchmark>[a-z_]+)/(?P<dataset>[^
                            r"(?P<method>[^/]+)/seed_(?P<seed>[0-9]+)/results\.json$")
 
 
-def _flags_beyond_defaults(flags: dict, config_class: type) -> str:
-  """The recorded settings that shape the run and differ from today's defaults of
-  `config_class`, as flags (a setting missing from the record counts as what runs did before it
-  existed, `absent_values`)."""
-  defaults = config_class()
+def _flags_beyond_defaults(record: dict, config_class: type) -> str:
+  """The settings a run recorded that shape it and differ from today's defaults for its method
+  and dataset, as flags (a setting missing from the record counts as what runs did before it
+  existed, `absent_values`; values as the config resolves them)."""
+  flags = record.get("flags", {})
+  defaults = config_class(method=record["method"], dataset=record["dataset"])
   absent = absent_values(defaults)
-  fields = {field.name for field in dataclasses.fields(config_class)}
-  values = {name: flags.get(name, absent[name]) for name in fields}
+  values = {field.name: flags.get(field.name, absent[field.name])
+            for field in dataclasses.fields(config_class)}
   recorded = config_class(**{name: tuple(value) if isinstance(value, list) else value
                               for name, value in values.items()})
   parts = []
   for name in recorded.shaping_settings():
-    value = values[name]
-    if name in _RUN_NAMING or not differing_settings({name: getattr(defaults, name)},
-                                                     {name: value}, absent):
+    value = getattr(recorded, name)
+    if name in _RUN_NAMING or value == getattr(defaults, name):
       continue
     if isinstance(value, bool):
       parts.append(f"--{'' if value else 'no'}{name}")
-    elif isinstance(value, list):
+    elif isinstance(value, tuple):
       parts.append(f"--{name}={','.join(str(v) for v in value)}")
     else:
       parts.append(f"--{name}={value}")
@@ -159,9 +159,11 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
   for path in sorted(set(runs.path)):
     with open(path) as stream:
       record = json.load(stream)
-    extra = _flags_beyond_defaults(record.get("flags", {}), config_class)
+    extra = _flags_beyond_defaults(record, config_class)
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
-    if match is None or match["method"] != record["method"]:
+    if match is None or (match["benchmark"], match["dataset"], match["method"],
+                         int(match["seed"])) != (record["benchmark"], record["dataset"],
+                                                 record["method"], int(record["seed"])):
       singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
                      f"--method={record['method']} --seed={record['seed']} "
                      + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}`")

@@ -186,3 +186,22 @@ def test_git_commit_is_dirty_for_changed_code_but_not_for_rewritten_results(tmp_
   assert not git_commit(str(tmp_path)).endswith("-dirty")
   (tmp_path / "code.py").write_text("x = 2\n")
   assert git_commit(str(tmp_path)).endswith("-dirty")
+
+
+@pytest.mark.parametrize("created, leave_a_file", [(True, False), (True, True), (False, False)])
+def test_a_failed_run_removes_only_the_empty_folders_it_created(tmp_path, created, leave_a_file):
+  """A run that created its output folder and failed before writing a file leaves no folder; a
+  folder that existed before, or one holding a file (a checkpoint of hours of training), stays,
+  and the run's own error is what propagates. Catches a removal of a pre-existing folder or of
+  files (`shutil.rmtree`)."""
+  from common.cli import removed_if_failed_empty
+  output = tmp_path / "run"
+  (output / "checkpoints" / "vi").mkdir(parents=True)
+  if leave_a_file:
+    (output / "checkpoints" / "vi" / "ckpt-1.index").write_text("state")
+  with pytest.raises(KeyError, match="refused"):
+    with removed_if_failed_empty(str(output), created):
+      raise KeyError("refused")
+  assert output.exists() == (not created or leave_a_file)
+  if leave_a_file:
+    assert (output / "checkpoints" / "vi" / "ckpt-1.index").read_text() == "state"

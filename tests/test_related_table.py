@@ -113,6 +113,10 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   _write_uci_record(root / "eb" / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
                     vogn_prior="empirical_bayes", vogn_prior_decay=None)
   _write_uci_record(root / "probe", "vi", "wine", 3, hidden_units=20)
+  # run_table.sh --variant's layout (<root>/uci/<dataset>/<variant>/<method>/seed_<s>) is not
+  # read as a benchmark named after the dataset.
+  _write_uci_record(root / "uci" / "wine" / "wide" / "vi" / "seed_0", "vi", "wine", 0,
+                    hidden_units=100)
   runs = table.load_runs(str(root))
   assert related_table.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
@@ -124,4 +128,41 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
       f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0`",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
-      f"--output_dir={root}/probe`"]
+      f"--output_dir={root}/probe`",
+      f"- `python -m uci.main --dataset=wine --method=vi --seed=0 --hidden_units=100 "
+      f"--output_dir={root}/uci/wine/wide/vi/seed_0`"]
+
+
+def test_each_command_remakes_its_runs_settings(tmp_path):
+  """The flags of every generated command, parsed as the binary parses them, give a config whose
+  settings match the run's record (`Config.differences` is empty), so rerunning the command over
+  the results skips the finished runs. Catches a shown flag absl reads otherwise, a setting left
+  out of the command, or a record of a setting that does nothing at its values (the decay under
+  the fixed prior) refused as a mismatch."""
+  from absl import flags
+  from common import cli
+  from uci.config import UciConfig
+  root = tmp_path
+  records = {
+      ("vi", 0): dict(noise_chunk_steps=None, vogn_prior_decay=None, hidden_units=20),
+      ("vogn", 0): dict(noise_chunk_steps=None, vogn_prior_decay=None, jit_compile=False),
+      ("vogn", 1): dict(vogn_prior="empirical_bayes", vogn_prior_decay=None, learning_rate=0.02),
+      ("svgd", 0): dict(split="standard_90_10", num_hidden_layers=2, particle_learning_rate=1e-3),
+  }
+  for (method, seed), changes in records.items():
+    _write_uci_record(root / "uci" / "wine" / method / f"seed_{seed}", method, "wine", seed,
+                      **changes)
+  from uci import table
+  commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig)
+  assert len(commands) == len(records)
+  for command in commands:
+    method = command.split('--methods="')[1].split('"')[0]
+    seed = int(command.split('--seeds="')[1].split('"')[0])
+    extra = command.rstrip("`").split(" -- ")[1].split() if " -- " in command else []
+    flag_values = flags.FlagValues()
+    cli.define_flags(UciConfig, flag_values)
+    flag_values(["uci.main", f"--method={method}", "--dataset=wine", f"--seed={seed}", *extra])
+    config = cli.config_from_flags(UciConfig, flag_values)
+    record = json.loads((root / "uci" / "wine" / method / f"seed_{seed}" /
+                         "results.json").read_text())
+    assert config.differences(record["flags"]) == [], command
