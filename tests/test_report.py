@@ -210,3 +210,10 @@ def test_related_tables_enter_the_report_under_one_section(tmp_path):
   section = report._related_section(str(tmp_path))
   assert section.startswith("## Beyond the paper: related methods")
   assert "\n### UCI: VOGN\n" in section and "\n#### Test MLL\n" in section and "| a |" in section
+  # A figure's table without a heading of its own gets the one the report gives it.
+  bandit = tmp_path / "related" / "bandits" / "mushroom_updates_50"
+  bandit.mkdir(parents=True)
+  (bandit / "figure5_cumulative_regret.md").write_text("| agent | 1,000 |\n")
+  section = report._related_section(str(tmp_path))
+  assert "\n### Mushroom bandit, 50 update steps: Thompson sampling with SVGD" in section
+  assert section.index("### Mushroom bandit") < section.index("| agent | 1,000 |")
