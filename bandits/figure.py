@@ -85,21 +85,15 @@ def run_settings(run_dir: str) -> dict:
   record lacks counts as what runs made before it existed used)."""
   import json  # pylint: disable=import-outside-toplevel
   from bandits.config import BanditConfig  # pylint: disable=import-outside-toplevel
-  from common.config import absent_values  # pylint: disable=import-outside-toplevel
+  from common.config import recorded_config  # pylint: disable=import-outside-toplevel
   from common.results import RESULTS_FILENAME  # pylint: disable=import-outside-toplevel
   path = os.path.join(run_dir, RESULTS_FILENAME)
   if not os.path.exists(path):
     raise ValueError(f"{path} is missing; allowed: finished runs of bandits.main")
   with open(path) as handle:
     recorded = json.load(handle)["flags"]
-  config = BanditConfig()
-  absent = absent_values(config)
-  settings = {}
-  for name in config.identity():
-    if name not in _SEED_SETTINGS:
-      value = recorded.get(name, absent[name])
-      settings[name] = list(value) if isinstance(value, tuple) else value
-  return settings
+  return {name: value for name, value in recorded_config(BanditConfig, recorded).identity().items()
+          if name not in _SEED_SETTINGS}
 
 
 def records_in(run_dirs: Sequence[str]) -> list:

@@ -9,7 +9,6 @@ posterior beat VI's).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -20,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from common import tables
-from common.config import absent_values, differing_settings
+from common.config import recorded_config
 
 METHOD_TITLES = dict(tables.METHOD_TITLES, vogn="VOGN", refined_vogn="Refined VOGN",
                      vogn_gauss_newton="VOGN (GN)",
@@ -123,13 +122,9 @@ def _flags_beyond_defaults(record: dict, config_class: type) -> str:
   """The settings a run recorded that shape it and differ from today's defaults for its method
   and dataset, as flags (a setting missing from the record counts as what runs did before it
   existed, `absent_values`; values as the config resolves them)."""
-  flags = record.get("flags", {})
-  defaults = config_class(method=record["method"], dataset=record["dataset"])
-  absent = absent_values(defaults)
-  values = {field.name: flags.get(field.name, absent[field.name])
-            for field in dataclasses.fields(config_class)}
-  recorded = config_class(**{name: tuple(value) if isinstance(value, list) else value
-                              for name, value in values.items()})
+  naming = {"method": record["method"], "dataset": record["dataset"]}
+  defaults = config_class(**naming)
+  recorded = recorded_config(config_class, record.get("flags", {}), **naming)
   parts = []
   for name in recorded.shaping_settings():
     value = getattr(recorded, name)

@@ -12,8 +12,8 @@ import pytest
 from baselines.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
 from common import cli
 from common.config import (NOTHING, RESULTS, Config, UsageError, absent_values,
-                           describe_differences, differing_settings, setting,
-                           with_default)
+                           describe_differences, differing_settings, recorded_config,
+                           setting, with_default)
 from image.config import ImageConfig
 from toy.multimodal import ToyConfig
 from uci.config import UciConfig
@@ -97,6 +97,21 @@ def test_a_record_without_a_setting_whose_default_changed_is_not_taken_for_the_n
   assert NewDefault().differences({"chunk": 100}) == []
   assert NewDefault(chunk=0).differences({}) == []
   assert "--chunk=100 (recorded: 0)" in describe_differences(NewDefault(), {}, ["chunk"])
+
+
+@dataclasses.dataclass
+class ChunkedExample(Example):
+  chunk: int = setting(100, "Declared after runs were recorded.", minimum=0, absent_means=0)
+
+
+def test_a_record_is_read_as_the_config_it_describes():
+  """The bug it catches: reading a record's missing setting as today's default (here chunk=100),
+  so a listed or remade run claims settings it never had; and lists left as lists, so a
+  recorded tuple setting compared unequal to the same config's own value."""
+  recorded = recorded_config(ChunkedExample, {"sizes": [3, 4], "count": 2})
+  assert recorded == ChunkedExample(chunk=0, sizes=(3, 4), count=2)
+  assert recorded.differences({"sizes": [3, 4], "count": 2}) == []
+  assert recorded_config(ChunkedExample, {"chunk": 100}) == ChunkedExample()
 
 
 def test_every_binary_with_device_flags_runs_under_them():
