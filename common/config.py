@@ -37,7 +37,7 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
             above: Optional[float] = None, below: Optional[float] = None,
             shapes: Any = ALL, directory: bool = False, absent_means: Any = _DEFAULT,
             only_with: Optional[str] = None,
-            only_when: Optional[tuple[str, Any]] = None) -> Any:
+            only_when: Optional[tuple[str, Any]] = None, round_off: bool = False) -> Any:
   """A dataclass field with its help text and allowed values.
 
   `minimum`/`maximum` are inclusive bounds, `above`/`below` exclusive ones;
@@ -49,12 +49,15 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   run is not taken for one made with the new default); `only_with`: the boolean setting
   without which this one does nothing (turning it on explicitly without that one is a usage
   error, `cli.config_from_flags`); `only_when=(name, value)`: the setting does nothing unless
-  setting `name` has `value` (so a table's commands leave it out otherwise).
+  setting `name` has `value` (so a table's commands leave it out otherwise); `round_off=True`:
+  a setting that shapes nothing (no rerun is refused over it) but changes a run's numbers by
+  floating-point round-off, as compiling a loop with XLA does, so a command that remakes a run
+  bit for bit must carry its recorded value (`Config.remake_settings`).
   """
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
               "shapes": shapes, "directory": directory, "absent_means": absent_means,
-              "only_with": only_with, "only_when": only_when}
+              "only_with": only_with, "only_when": only_when, "round_off": round_off}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
@@ -185,6 +188,17 @@ class Config:
           only_when and getattr(self, only_when[0]) != only_when[1]):
         continue
       names.append(field.name)
+    return names
+
+  def remake_settings(self) -> list[str]:
+    """Names of the settings a command must give to remake a run made at this config's values
+    bit for bit: those that shape its results (`shaping_settings`), then those that change its
+    numbers only by round-off (`round_off`) and act at these values (`only_with`)."""
+    names = self.shaping_settings()
+    for field in dataclasses.fields(self):
+      needed = field.metadata.get("only_with")
+      if field.metadata.get("round_off") and (needed is None or getattr(self, needed)):
+        names.append(field.name)
     return names
 
   def differences(self, recorded: Mapping[str, Any], trainer: Optional[str] = None) -> list[str]:

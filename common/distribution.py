@@ -59,7 +59,8 @@ class DeviceConfig(Config):
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
       "one device). The UCI network's VI step runs 3-5x faster (benchmarks.step_floor), but "
       "every maximiser first compiles for ~2 s (its warm-up there).",
-      shapes=NOTHING)
+      # Runs recorded before this setting existed ran uncompiled.
+      shapes=NOTHING, round_off=True, absent_means=False)
   noise_chunk_steps: int = setting(
       0, "Draw the batch indices and weight noise of this many steps at once, ahead of them (0: "
       "each step draws its own inside it). Changes which numbers a run sees, not their "
@@ -69,13 +70,15 @@ class DeviceConfig(Config):
   jit_compile_refinement: bool = setting(
       True, "With --jit_compile: compile refinement's chunks too. Off for the UCI network, where "
       "compiling a refinement (1-2 s) costs about what its 1,000 steps save "
-      "(benchmarks.uci_run_time).", shapes=NOTHING, only_with="jit_compile")
+      "(benchmarks.uci_run_time).", shapes=NOTHING, only_with="jit_compile", round_off=True,
+      # Runs recorded before this setting existed compiled refinement with the rest.
+      absent_means=True)
   jit_compile_ensemble: bool = setting(
       True, "With --jit_compile: compile the deep ensemble's chunks too. Off for the UCI network, "
       "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.20 "
       "against 1.00 ms per step on one thread). The same draws either way; the results differ by "
       "round-off grown over the steps (a Boston run's test MLL -2.908 against -2.901).",
-      shapes=NOTHING, only_with="jit_compile")
+      shapes=NOTHING, only_with="jit_compile", round_off=True, absent_means=True)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "

@@ -119,14 +119,15 @@ _TABLE_LAYOUT = re.compile(r"^(?P<root>.+)/(?P<benchmark>[a-z_]+)/(?P<dataset>[^
 
 
 def _flags_beyond_defaults(record: dict, config_class: type) -> str:
-  """The settings a run recorded that shape it and differ from today's defaults for its method
-  and dataset, as flags (a setting missing from the record counts as what runs did before it
-  existed, `absent_values`; values as the config resolves them)."""
+  """The settings a run recorded that remake it bit for bit (`Config.remake_settings`) and differ
+  from today's defaults for its method and dataset, as flags (a setting missing from the record
+  counts as what runs did before it existed, `absent_values`; values as the config resolves
+  them)."""
   naming = {"method": record["method"], "dataset": record["dataset"]}
   defaults = config_class(**naming)
   recorded = recorded_config(config_class, record.get("flags", {}), **naming)
   parts = []
-  for name in recorded.shaping_settings():
+  for name in recorded.remake_settings():
     value = getattr(recorded, name)
     if name in _RUN_NAMING or value == getattr(defaults, name):
       continue

@@ -54,6 +54,15 @@ def git_commit(repository: Optional[str] = None) -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
+def backfill_note(script: str) -> str:
+  """'<commit> by <script>': the note a value added to a committed record after its run carries,
+  so nobody mistakes it for a recorded one; exits naming the commit if the code is uncommitted."""
+  commit = git_commit()
+  if commit is None or commit.endswith("-dirty"):
+    sys.exit(f"code at {commit}: commit the code first, so the note names what added the value")
+  return f"{commit} by {script}"
+
+
 _commit_at_start: dict[str, Optional[str]] = {}
 
 

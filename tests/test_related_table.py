@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from common import related_table
+from common.config import recorded_config
 
 
 def _runs():
@@ -98,8 +99,9 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   --vogn_prior_decay existed), vogn on wine seed 0 only, an empirical-Bayes VOGN recorded before
   the decay existed, and a run outside the run_table layout. Catches: seeds pooled across datasets
   (a command claiming wine seed 1), a setting missing from a record taken as today's default
-  (the per-step draws, the decay 0 of the first EB runs), and a setting shown where it does
-  nothing (the decay under the fixed prior)."""
+  (the per-step draws, the decay 0 of the first EB runs; the uncompiled loop of runs made before
+  --jit_compile, whose command otherwise asked for XLA with per-step draws: a usage error), and a
+  setting shown where it does nothing (the decay under the fixed prior)."""
   from uci import table
   from uci.config import UciConfig
   root = tmp_path / "results"
@@ -107,9 +109,10 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
     _write_uci_record(root / "uci" / "boston_housing" / "vi" / f"seed_{seed}", "vi",
                       "boston_housing", seed)
     _write_uci_record(root / "uci" / "boston_housing" / "vogn" / f"seed_{seed}", "vogn",
-                      "boston_housing", seed, noise_chunk_steps=None, vogn_prior_decay=None)
+                      "boston_housing", seed, noise_chunk_steps=None, jit_compile=None,
+                      vogn_prior_decay=None)
   _write_uci_record(root / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
-                    noise_chunk_steps=None, vogn_prior_decay=None)
+                    noise_chunk_steps=None, jit_compile=None, vogn_prior_decay=None)
   _write_uci_record(root / "eb" / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
                     vogn_prior="empirical_bayes", vogn_prior_decay=None)
   _write_uci_record(root / "probe", "vi", "wine", 3, hidden_units=20)
@@ -122,9 +125,9 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"0 1\" --methods=\"vi\"`",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
-      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0`",
+      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile`",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"wine\" "
-      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0`",
+      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile`",
       f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0`",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
@@ -138,15 +141,20 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   settings match the run's record (`Config.differences` is empty), so rerunning the command over
   the results skips the finished runs. Catches a shown flag absl reads otherwise, a setting left
   out of the command, or a record of a setting that does nothing at its values (the decay under
-  the fixed prior) refused as a mismatch."""
+  the fixed prior) refused as a mismatch; and that the command is valid and repeats the loop's
+  compilation (`remake_settings`): the refined run made before --jit_compile_refinement
+  compiled its refinement, where UCI's default no longer does, so only its recorded value gives
+  the same ELBO_aux to the last digit."""
   from absl import flags
   from common import cli
   from uci.config import UciConfig
   root = tmp_path
   records = {
-      ("vi", 0): dict(noise_chunk_steps=None, vogn_prior_decay=None, hidden_units=20),
-      ("vogn", 0): dict(noise_chunk_steps=None, vogn_prior_decay=None, jit_compile=False),
+      ("vi", 0): dict(noise_chunk_steps=None, jit_compile=None, vogn_prior_decay=None,
+                      hidden_units=20),
+      ("vogn", 0): dict(noise_chunk_steps=None, vogn_prior_decay=None, jit_compile=None),
       ("vogn", 1): dict(vogn_prior="empirical_bayes", vogn_prior_decay=None, learning_rate=0.02),
+      ("refined_vi", 0): dict(jit_compile_refinement=None, prepare_refinement=None),
       ("svgd", 0): dict(split="standard_90_10", num_hidden_layers=2, particle_learning_rate=1e-3),
   }
   for (method, seed), changes in records.items():
@@ -155,6 +163,8 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   from uci import table
   commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig)
   assert len(commands) == len(records)
+  assert [command for command in commands if '"refined_vi"' in command][0].endswith(
+      '-- --jit_compile_refinement`')
   for command in commands:
     method = command.split('--methods="')[1].split('"')[0]
     seed = int(command.split('--seeds="')[1].split('"')[0])
@@ -165,4 +175,8 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
     config = cli.config_from_flags(UciConfig, flag_values)
     record = json.loads((root / "uci" / "wine" / method / f"seed_{seed}" /
                          "results.json").read_text())
+    config.validate()
     assert config.differences(record["flags"]) == [], command
+    recorded = recorded_config(UciConfig, record["flags"], method=method, dataset="wine")
+    assert {name: getattr(config, name) for name in recorded.remake_settings()} == {
+        name: getattr(recorded, name) for name in recorded.remake_settings()}, command

@@ -1,4 +1,5 @@
 """The UCI table: paper layout, original-unit ELBOs from each run's target_std, the checks."""
+import json
 import math
 import re
 
@@ -7,6 +8,7 @@ import pandas as pd
 import pytest
 
 from common.results import write_results
+from results.uci import backfill_calibration_error as backfill
 from uci import data, table
 
 
@@ -94,3 +96,36 @@ def test_weight_noise_comparison_pairs_runs_by_dataset_and_seed():
   assert table.loc["yacht", "refine_to_train_per_batch"] == pytest.approx(0.1)
   with pytest.raises(ValueError, match="no \\(dataset, seed\\) run in common"):
     compare(baseline.iloc[:1], variant.iloc[2:])
+
+
+def test_calibration_error_is_copied_only_from_a_rerun_that_reproduces_the_run(tmp_path,
+                                                                                monkeypatch):
+  """The bug it catches: a backfilled calibration_error from a rerun that is not the committed
+  run (other settings, or any metric off by one ulp), which would put a number beside results
+  it was never computed with. Such a rerun leaves the file untouched and is named."""
+  monkeypatch.chdir(tmp_path)
+  flags = {"dataset": "wine", "method": "vi", "seed": 0, "vi_steps": 30000}
+  metrics = {"test_mll": -1.0, "elbo": -100.0, "num_train": 10, "target_std": 1.0}
+
+  def run(root, run_flags, run_metrics):
+    write_results(f"{root}/uci/wine/vi/seed_0", benchmark="uci", dataset="wine", method="vi",
+                  seed=0, flags=run_flags, metrics=run_metrics, timings={})
+    return f"{root}/uci/wine/vi/seed_0/results.json"
+
+  committed = run("results", flags, metrics)
+  before = open(committed).read()
+  rerun = f"rerun/{committed}"
+  assert backfill.backfill(committed, rerun, "note") == "no rerun"
+  run("rerun/results", {**flags, "vi_steps": 20000}, {**metrics, "calibration_error": 0.1})
+  assert backfill.backfill(committed, rerun, "note") == ["--vi_steps"]
+  run("rerun/results", flags, {**metrics, "test_mll": np.nextafter(-1.0, 0.0),
+                               "calibration_error": 0.1})
+  assert backfill.backfill(committed, rerun, "note") == [
+      "test_mll -1.0 (rerun: -0.9999999999999999)"]
+  assert open(committed).read() == before
+  run("rerun/results", flags, {**metrics, "calibration_error": 0.1})
+  assert backfill.backfill(committed, rerun, "note") == "added"
+  record = json.load(open(committed))
+  assert record["metrics"] == {**metrics, "calibration_error": 0.1}
+  assert record["backfilled"]["metrics.calibration_error"].startswith("note from a rerun at ")
+  assert backfill.backfill(committed, rerun, "note") == "recorded"

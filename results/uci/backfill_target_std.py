@@ -17,10 +17,9 @@ import argparse
 import glob
 import json
 import os
-import sys
 from typing import Optional
 
-from common.results import RESULTS_FILENAME, git_commit, write_json_atomically
+from common.results import RESULTS_FILENAME, backfill_note, write_json_atomically
 from uci import data
 
 SCRIPT = "results/uci/backfill_target_std.py"
@@ -58,10 +57,7 @@ def main(argv: Optional[list[str]] = None) -> None:
   parser.add_argument("--data_dir", required=True, help="The offline UCI copy (no downloads).")
   parser.add_argument("roots", nargs="+", help="Directories searched for UCI results.json files.")
   args = parser.parse_args(argv)
-  commit = git_commit()
-  if commit is None or commit.endswith("-dirty"):
-    sys.exit(f"code at {commit}: commit the code first, so the note names what computed the value")
-  note = f"{commit} by {SCRIPT}"
+  note = backfill_note(SCRIPT)
   cache, added, present = {}, 0, 0
   for root in args.roots:
     for path in sorted(glob.glob(os.path.join(root, "**", RESULTS_FILENAME), recursive=True)):
