@@ -43,3 +43,13 @@ def test_tables_without_common_runs_are_refused():
   other = _table(0.0).assign(seed=lambda frame: frame["seed"] + 10)
   with pytest.raises(ValueError, match="no \\(dataset, method, seed\\) run in common"):
     rerun_comparison.paired_differences(_table(0.0), other)
+
+
+def test_conclusions_count_refined_vogn_against_vogn():
+  """The bug it catches: a VOGN rerun compared with only the VI table's claims, so refinement
+  falling below VOGN would pass unseen."""
+  vogn = _table(0.0).replace({"method": {"vi": "vogn", "refined_vi": "refined_vogn"}})
+  vogn = vogn[vogn["method"] != "vi_equal_compute"]
+  assert rerun_comparison.conclusions(vogn) == {
+      "datasets": 2, "refined_vogn_above_vogn": 2, "refined_vogn_runs": 8,
+      "refined_vogn_runs_elbo_aux_above_elbo": 8}

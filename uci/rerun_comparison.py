@@ -9,8 +9,8 @@ tables shares its data split and initialisation and differs only in the
 numbers drawn. Per dataset and method: both means, the mean paired difference
 (after - before) with its standard error over seeds, and whether it exceeds
 2 standard errors; then the table's conclusions checked on each side
-(refined VI above VI and above VI with equal compute in mean MLL, ELBO_aux
-above ELBO in every run).
+(refined VI above VI and above VI with equal compute, refined VOGN above VOGN, in mean MLL;
+ELBO_aux above ELBO in every refined run).
 """
 from __future__ import annotations
 
@@ -36,19 +36,28 @@ def paired_differences(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFram
                                         metrics=metrics)
 
 
+# (refined method, the method it is compared with, the claim's name), and per refined method the
+# prefix of its ELBO_aux > ELBO counts: the VI table's claims, then the VOGN table's.
+ABOVE_CLAIMS = (("refined_vi", "vi", "refined_vi_above_vi"),
+                ("refined_vi", "vi_equal_compute", "refined_vi_above_equal_compute"),
+                ("refined_vogn", "vogn", "refined_vogn_above_vogn"))
+REFINED_PREFIXES = (("refined_vi", "refined"), ("refined_vogn", "refined_vogn"))
+
+
 def conclusions(runs: pd.DataFrame) -> dict[str, int]:
-  """The table's claims, counted over datasets (MLL means) and runs (ELBO_aux > ELBO); a claim
+  """The tables' claims, counted over datasets (MLL means) and runs (ELBO_aux > ELBO); a claim
   about a method the runs lack is left out (a comparison of VI alone has none)."""
   means = runs.groupby(["dataset", "method"])["test_mll"].mean().unstack("method")
   counts = {"datasets": len(means)}
-  for other, name in (("vi", "refined_vi_above_vi"),
-                      ("vi_equal_compute", "refined_vi_above_equal_compute")):
-    if {"refined_vi", other} <= set(means.columns):
-      counts[name] = int((means["refined_vi"] > means[other]).sum())
-  refined = runs[runs["method"] == "refined_vi"]
-  if len(refined):
-    counts["refined_runs"] = len(refined)
-    counts["refined_runs_elbo_aux_above_elbo"] = int((refined["elbo_aux"] > refined["elbo"]).sum())
+  for refined, other, name in ABOVE_CLAIMS:
+    if {refined, other} <= set(means.columns):
+      counts[name] = int((means[refined] > means[other]).sum())
+  for method, prefix in REFINED_PREFIXES:
+    refined = runs[runs["method"] == method]
+    if len(refined):
+      counts[f"{prefix}_runs"] = len(refined)
+      counts[f"{prefix}_runs_elbo_aux_above_elbo"] = int(
+          (refined["elbo_aux"] > refined["elbo"]).sum())
   return counts
 
 
