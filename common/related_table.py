@@ -107,7 +107,8 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
           if any("--noise_chunk_steps=0" in command for command in commands) else "")
   return ["", "## Commands", "",
           "Each line remakes its runs, with the settings each run recorded where they differ "
-          f"from today's defaults{note}; then `{table_command}` writes this file.", "",
+          f"from today's defaults{note}, at the code it names (a later commit may draw other "
+          f"random numbers); then `{table_command}` writes this file.", "",
           *commands]
 
 
@@ -149,8 +150,10 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
   """Markdown lines: the command that remakes each group of `runs` (rows with a results.json
   `path`), read from the settings each run recorded, so the table says exactly how every number
   was made. Runs of a run_table.sh layout sharing root, datasets, seeds and settings make one
-  run_table.sh line; any other run gets its own `python -m <benchmark>.main` line."""
+  run_table.sh line; any other run gets its own `python -m <benchmark>.main` line. Each line
+  names the commits its runs were made at: a later commit may draw other random numbers."""
   seeds_of: dict[tuple, set[int]] = {}
+  commits_of: dict[tuple, set[str]] = {}
   singles = []
   for path in sorted(set(runs.path)):
     with open(path) as stream:
@@ -162,10 +165,12 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
                                                  record["method"], int(record["seed"])):
       singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
                      f"--method={record['method']} --seed={record['seed']} "
-                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}`")
+                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}`"
+                     + _code(str(record.get("git_commit"))))
       continue
     key = (match["root"], match["benchmark"], record["method"], extra, record["dataset"])
     seeds_of.setdefault(key, set()).add(int(record["seed"]))
+    commits_of.setdefault(key, set()).add(str(record.get("git_commit")))
   datasets_of: dict[tuple, list[str]] = {}
   for (root, benchmark, method, extra, dataset), seeds in seeds_of.items():
     datasets_of.setdefault((root, benchmark, method, extra, _span(seeds)), []).append(dataset)
@@ -175,11 +180,18 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
     merged.setdefault(key, []).append(method)
   lines = []
   for (root, benchmark, datasets, seeds, extra), methods in sorted(merged.items()):
+    commits = set().union(*(commits_of[(root, benchmark, method, extra, dataset)]
+                            for method in methods for dataset in datasets.split()))
     lines.append(f"- `common/run_table.sh --benchmark={benchmark} --output_root={root} "
                  f"--datasets=\"{datasets}\" --seeds=\"{seeds}\" "
                  f"--methods=\"{' '.join(sorted(methods))}\"" + (f" -- {extra}" if extra else "")
-                 + "`")
+                 + "`" + _code(*commits))
   return lines + singles
+
+
+def _code(*commits: str) -> str:
+  """A command's suffix naming the code its runs were made with (short hashes)."""
+  return " (code " + ", ".join(f"`{commit[:7]}`" for commit in sorted(commits)) + ")"
 
 
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],

@@ -83,14 +83,14 @@ def test_image_table_sets_vogn_beside_table_2s_runs(tmp_path):
   assert "| VOGN − VI | mnist | 1 | -0.020 | 0/1 |" in text
 
 
-def _write_uci_record(path, method, dataset, seed, **changes):
+def _write_uci_record(path, method, dataset, seed, commit="abc", **changes):
   from uci.config import UciConfig
   flags = {**UciConfig(method=method, dataset=dataset, seed=seed).as_dict(), **changes}
   for name in [name for name, value in changes.items() if value is None]:
     del flags[name]   # recorded before the setting existed
   path.mkdir(parents=True)
   (path / "results.json").write_text(json.dumps(dict(
-      benchmark="uci", dataset=dataset, method=method, seed=seed, git_commit="abc", flags=flags,
+      benchmark="uci", dataset=dataset, method=method, seed=seed, git_commit=commit, flags=flags,
       metrics={"test_mll": -1.0, "target_std": 1.0}, timings={"train_seconds": 1.0})))
 
 
@@ -98,7 +98,8 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   """The runs: vi and vogn on boston seeds 0-1 (vogn recorded before --noise_chunk_steps and
   --vogn_prior_decay existed), vogn on wine seed 0 only, an empirical-Bayes VOGN recorded before
   the decay existed, and a run outside the run_table layout. Catches: seeds pooled across datasets
-  (a command claiming wine seed 1), a setting missing from a record taken as today's default
+  (a command claiming wine seed 1), a line's code commits not all named (boston's two VOGN
+  seeds were made at different code), a setting missing from a record taken as today's default
   (the per-step draws, the decay 0 of the first EB runs; the uncompiled loop of runs made before
   --jit_compile, whose command otherwise asked for XLA with per-step draws: a usage error), and a
   setting shown where it does nothing (the decay under the fixed prior)."""
@@ -109,8 +110,8 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
     _write_uci_record(root / "uci" / "boston_housing" / "vi" / f"seed_{seed}", "vi",
                       "boston_housing", seed)
     _write_uci_record(root / "uci" / "boston_housing" / "vogn" / f"seed_{seed}", "vogn",
-                      "boston_housing", seed, noise_chunk_steps=None, jit_compile=None,
-                      vogn_prior_decay=None)
+                      "boston_housing", seed, commit=f"{seed}" * 40, noise_chunk_steps=None,
+                      jit_compile=None, vogn_prior_decay=None)
   _write_uci_record(root / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
                     noise_chunk_steps=None, jit_compile=None, vogn_prior_decay=None)
   _write_uci_record(root / "eb" / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
@@ -123,17 +124,19 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   runs = table.load_runs(str(root))
   assert related_table.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
-      "--seeds=\"0 1\" --methods=\"vi\"`",
+      "--seeds=\"0 1\" --methods=\"vi\"` (code `abc`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
-      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile`",
+      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
+      "(code `0000000`, `1111111`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"wine\" "
-      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile`",
+      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` (code `abc`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "
-      "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0`",
+      "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0` "
+      "(code `abc`)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
-      f"--output_dir={root}/probe`",
+      f"--output_dir={root}/probe` (code `abc`)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=0 --hidden_units=100 "
-      f"--output_dir={root}/uci/wine/wide/vi/seed_0`"]
+      f"--output_dir={root}/uci/wine/wide/vi/seed_0` (code `abc`)"]
 
 
 def test_each_command_remakes_its_runs_settings(tmp_path):
@@ -164,11 +167,12 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig)
   assert len(commands) == len(records)
   assert [command for command in commands if '"refined_vi"' in command][0].endswith(
-      '-- --jit_compile_refinement`')
+      '-- --jit_compile_refinement` (code `abc`)')
   for command in commands:
     method = command.split('--methods="')[1].split('"')[0]
     seed = int(command.split('--seeds="')[1].split('"')[0])
-    extra = command.rstrip("`").split(" -- ")[1].split() if " -- " in command else []
+    shown = command.split("`")[1]
+    extra = shown.split(" -- ")[1].split() if " -- " in shown else []
     flag_values = flags.FlagValues()
     cli.define_flags(UciConfig, flag_values)
     flag_values(["uci.main", f"--method={method}", "--dataset=wine", f"--seed={seed}", *extra])
