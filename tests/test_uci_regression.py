@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from uci.regression import CALIBRATION_LEVELS, regression_metrics
+from uci.regression import (CALIBRATION_LEVELS, calibration_error, calibration_error_floor,
+                            regression_metrics)
 
 TARGET_MEAN, TARGET_STD = 3.0, 10.0
 
@@ -41,3 +42,16 @@ def test_an_overconfident_predictive_has_the_exact_miscalibration():
                          - CALIBRATION_LEVELS))
   assert exact == pytest.approx(0.102, abs=0.001)
   assert metrics["calibration_error"] == pytest.approx(exact, abs=0.003)
+
+
+def test_the_floor_is_what_a_calibrated_predictive_scores_on_that_many_points():
+  """Monte Carlo: 20,000 test sets of 101 uniform PITs (a calibrated predictive on Boston's test
+  split) average the exact floor. Catches a floor over other levels, of squared gaps, or the
+  coverage's standard deviation in place of its mean absolute deviation (0.0406 here)."""
+  rng = np.random.default_rng(2)
+  scores = [calibration_error(rng.uniform(size=101)) for _ in range(20_000)]
+  standard_error = np.std(scores) / np.sqrt(len(scores))
+  floor = calibration_error_floor(101)
+  assert floor == pytest.approx(0.0324, abs=5e-4)
+  assert abs(np.mean(scores) - floor) < 3 * standard_error
+  assert calibration_error_floor(9146) < calibration_error_floor(101) / 5

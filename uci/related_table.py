@@ -24,7 +24,7 @@ import pandas as pd
 from absl import flags
 
 from common import cli, related_table, results_loader, tables
-from uci import table
+from uci import regression, table
 from uci.config import UciConfig
 
 METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn_gauss_newton",
@@ -57,11 +57,23 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            "one draw per step, a fixed N(0, 1) prior. SVGD and f-SVGD: 20 particles of the same "
            "network, Adam 4e-3 on -phi, batch 100 for 500 epochs (1000 for 3000 past 900 "
            "training examples), the f-POVI paper's priors.", "",
+           calibration_note(runs), "",
            related_table.provenance(runs)]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", UciConfig,
                                        "python -m uci.related_table")
   tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
   return text
+
+
+def calibration_note(runs: pd.DataFrame) -> str:
+  """What the calibration error measures, and the score sampling alone gives a perfectly
+  calibrated predictive on each dataset's test split (`regression.calibration_error_floor`)."""
+  sizes = runs.groupby("dataset")["num_test"].first()
+  floors = ", ".join(f"{dataset} {regression.calibration_error_floor(int(size)):.3f}"
+                     for dataset, size in sizes.items())
+  return ("Calibration error: the mean over levels p = 0.05, ..., 0.95 of |p - the share of test "
+          "labels at or below the predictive's p-quantile| (the regression counterpart of ECE). "
+          f"A perfectly calibrated predictive scores about this from sampling alone: {floors}.")
 
 
 def fpovi_table8_text(runs_dir: str) -> str:
