@@ -150,48 +150,42 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
   """Markdown lines: the command that remakes each group of `runs` (rows with a results.json
   `path`), read from the settings each run recorded, so the table says exactly how every number
   was made. Runs of a run_table.sh layout sharing root, datasets, seeds and settings make one
-  run_table.sh line; any other run gets its own `python -m <benchmark>.main` line. Each line
-  names the commits its runs were made at: a later commit may draw other random numbers."""
+  run_table.sh line if they were also made at the same code commit, which the line names (a
+  later commit may draw other random numbers); any other run gets its own
+  `python -m <benchmark>.main` line."""
   seeds_of: dict[tuple, set[int]] = {}
-  commits_of: dict[tuple, set[str]] = {}
   singles = []
   for path in sorted(set(runs.path)):
     with open(path) as stream:
       record = json.load(stream)
     extra = _flags_beyond_defaults(record, config_class)
+    commit = str(record.get("git_commit"))[:7]
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
     if match is None or (match["benchmark"], match["dataset"], match["method"],
                          int(match["seed"])) != (record["benchmark"], record["dataset"],
                                                  record["method"], int(record["seed"])):
       singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
                      f"--method={record['method']} --seed={record['seed']} "
-                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}`"
-                     + _code(str(record.get("git_commit"))))
+                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}` "
+                     f"(code `{commit}`)")
       continue
-    key = (match["root"], match["benchmark"], record["method"], extra, record["dataset"])
+    key = (match["root"], match["benchmark"], commit, record["method"], extra, record["dataset"])
     seeds_of.setdefault(key, set()).add(int(record["seed"]))
-    commits_of.setdefault(key, set()).add(str(record.get("git_commit")))
   datasets_of: dict[tuple, list[str]] = {}
-  for (root, benchmark, method, extra, dataset), seeds in seeds_of.items():
-    datasets_of.setdefault((root, benchmark, method, extra, _span(seeds)), []).append(dataset)
+  for (root, benchmark, commit, method, extra, dataset), seeds in seeds_of.items():
+    datasets_of.setdefault((root, benchmark, commit, method, extra, _span(seeds)),
+                           []).append(dataset)
   merged: dict[tuple, list[str]] = {}
-  for (root, benchmark, method, extra, seeds), datasets in datasets_of.items():
-    key = (root, benchmark, " ".join(sorted(datasets)), seeds, extra)
+  for (root, benchmark, commit, method, extra, seeds), datasets in datasets_of.items():
+    key = (root, benchmark, commit, " ".join(sorted(datasets)), seeds, extra)
     merged.setdefault(key, []).append(method)
   lines = []
-  for (root, benchmark, datasets, seeds, extra), methods in sorted(merged.items()):
-    commits = set().union(*(commits_of[(root, benchmark, method, extra, dataset)]
-                            for method in methods for dataset in datasets.split()))
+  for (root, benchmark, commit, datasets, seeds, extra), methods in sorted(merged.items()):
     lines.append(f"- `common/run_table.sh --benchmark={benchmark} --output_root={root} "
                  f"--datasets=\"{datasets}\" --seeds=\"{seeds}\" "
                  f"--methods=\"{' '.join(sorted(methods))}\"" + (f" -- {extra}" if extra else "")
-                 + "`" + _code(*commits))
+                 + f"` (code `{commit}`)")
   return lines + singles
-
-
-def _code(*commits: str) -> str:
-  """A command's suffix naming the code its runs were made with (short hashes)."""
-  return " (code " + ", ".join(f"`{commit[:7]}`" for commit in sorted(commits)) + ")"
 
 
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],

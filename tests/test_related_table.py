@@ -98,8 +98,8 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   """The runs: vi and vogn on boston seeds 0-1 (vogn recorded before --noise_chunk_steps and
   --vogn_prior_decay existed), vogn on wine seed 0 only, an empirical-Bayes VOGN recorded before
   the decay existed, and a run outside the run_table layout. Catches: seeds pooled across datasets
-  (a command claiming wine seed 1), a line's code commits not all named (boston's two VOGN
-  seeds were made at different code), a setting missing from a record taken as today's default
+  (a command claiming wine seed 1), runs made at different code on one line (boston's two VOGN
+  seeds), a setting missing from a record taken as today's default
   (the per-step draws, the decay 0 of the first EB runs; the uncompiled loop of runs made before
   --jit_compile, whose command otherwise asked for XLA with per-step draws: a usage error), and a
   setting shown where it does nothing (the decay under the fixed prior)."""
@@ -124,10 +124,13 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   runs = table.load_runs(str(root))
   assert related_table.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
-      "--seeds=\"0 1\" --methods=\"vi\"` (code `abc`)",
+      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
+      "(code `0000000`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
-      "--seeds=\"0 1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
-      "(code `0000000`, `1111111`)",
+      "--seeds=\"1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
+      "(code `1111111`)",
+      f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
+      "--seeds=\"0 1\" --methods=\"vi\"` (code `abc`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"wine\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` (code `abc`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "

@@ -3,15 +3,17 @@
   python -m results.uci.backfill_calibration_error --rerun_root=/path/to/rerun \
       results/uci results/related/uci results/related/vogn_gauss_newton/uci
 
-uci/main.py records calibration_error (the regression ECE, uci/regression.py) since 2026-11-26;
-the runs behind results/related/uci_table.md predate it. The UCI runs are deterministic on CPU (a
-rerun gives every number bit for bit), so this script trusts a rerun only as far as it can check
-it: it reruns nothing itself, but reads the run at the same path under --rerun_root (made by the
-commands at the end of uci_table.md with each --output_root moved under that root), and copies
-calibration_error in only if the rerun was made with the same settings (Config.differences) and
-every metric both record is equal. The copy carries a "backfilled" note naming this script, its
-commit and the rerun's, so nobody mistakes it for a recorded value. A run without a rerun is left
-alone and counted; a rerun that disagrees leaves the file alone, is named, and exits 1.
+uci/main.py records calibration_error (the regression ECE, uci/regression.py) since 2b1ac4a; the
+runs behind results/related/uci_table.md predate it. The UCI runs are deterministic on CPU (a
+rerun at the same code gives every number bit for bit), so this script trusts a rerun only as far
+as it can check it: it reruns nothing itself, but reads the run at the same path under
+--rerun_root (made by a command at the end of uci_table.md with its --output_root moved under
+that root, at the code commit the command names, with 2b1ac4a's uci/regression.py applied if that
+commit is older), and copies calibration_error in only if the rerun was made with the same
+settings (Config.differences) and every metric both record is equal. The copy carries a
+"backfilled" note naming this script, its commit and the rerun's, so nobody mistakes it for a
+recorded value. A run without a rerun is left alone and counted; a rerun that disagrees leaves
+the file alone, is named, and exits 1.
 """
 from __future__ import annotations
 
