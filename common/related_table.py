@@ -106,9 +106,11 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
   note = (" (`--noise_chunk_steps=0`: the per-step draws of runs made before the compiled loop)"
           if any("--noise_chunk_steps=0" in command for command in commands) else "")
   return ["", "## Commands", "",
-          "Each line remakes its runs, with the settings each run recorded where they differ "
-          f"from today's defaults{note}, at the code it names (a later commit may draw other "
-          f"random numbers); then `{table_command}` writes this file.", "",
+          "Each line remakes its runs' settings, with the settings each run recorded where they "
+          f"differ from today's defaults{note}. Its runs were made at the code it names, where "
+          "the line (without the flags that code did not have yet) remakes them bit for bit; "
+          f"a later commit may draw other random numbers. Then `{table_command}` writes this "
+          "file.", "",
           *commands]
 
 
@@ -119,26 +121,31 @@ _TABLE_LAYOUT = re.compile(r"^(?P<root>.+)/(?P<benchmark>[a-z_]+)/(?P<dataset>[^
                            r"(?P<method>[^/]+)/seed_(?P<seed>[0-9]+)/results\.json$")
 
 
-def _flags_beyond_defaults(record: dict, config_class: type) -> str:
+def _flags_beyond_defaults(record: dict, config_class: type) -> tuple[str, str]:
   """The settings a run recorded that remake it bit for bit (`Config.remake_settings`) and differ
   from today's defaults for its method and dataset, as flags (a setting missing from the record
   counts as what runs did before it existed, `absent_values`; values as the config resolves
-  them)."""
+  them); and the names of those the record lacks, which the run's own code did not have (there
+  they are what it did anyway)."""
   naming = {"method": record["method"], "dataset": record["dataset"]}
+  flags = record.get("flags", {})
   defaults = config_class(**naming)
-  recorded = recorded_config(config_class, record.get("flags", {}), **naming)
-  parts = []
+  recorded = recorded_config(config_class, flags, **naming)
+  parts, unknown_then = [], []
   for name in recorded.remake_settings():
     value = getattr(recorded, name)
     if name in _RUN_NAMING or value == getattr(defaults, name):
       continue
     if isinstance(value, bool):
-      parts.append(f"--{'' if value else 'no'}{name}")
+      part = f"--{'' if value else 'no'}{name}"
     elif isinstance(value, tuple):
-      parts.append(f"--{name}={','.join(str(v) for v in value)}")
+      part = f"--{name}={','.join(str(v) for v in value)}"
     else:
-      parts.append(f"--{name}={value}")
-  return " ".join(parts)
+      part = f"--{name}={value}"
+    parts.append(part)
+    if name not in flags:
+      unknown_then.append(f"--{name}")
+  return " ".join(parts), ", ".join(unknown_then)
 
 
 def _span(values: Sequence[int]) -> str:
@@ -158,8 +165,9 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
   for path in sorted(set(runs.path)):
     with open(path) as stream:
       record = json.load(stream)
-    extra = _flags_beyond_defaults(record, config_class)
-    commit = str(record.get("git_commit"))[:7]
+    extra, unknown_then = _flags_beyond_defaults(record, config_class)
+    code = f"code `{str(record.get('git_commit'))[:7]}`" + (
+        f", which had no {unknown_then}" if unknown_then else "")
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
     if match is None or (match["benchmark"], match["dataset"], match["method"],
                          int(match["seed"])) != (record["benchmark"], record["dataset"],
@@ -167,24 +175,24 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
       singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
                      f"--method={record['method']} --seed={record['seed']} "
                      + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}` "
-                     f"(code `{commit}`)")
+                     f"({code})")
       continue
-    key = (match["root"], match["benchmark"], commit, record["method"], extra, record["dataset"])
+    key = (match["root"], match["benchmark"], code, record["method"], extra, record["dataset"])
     seeds_of.setdefault(key, set()).add(int(record["seed"]))
   datasets_of: dict[tuple, list[str]] = {}
-  for (root, benchmark, commit, method, extra, dataset), seeds in seeds_of.items():
-    datasets_of.setdefault((root, benchmark, commit, method, extra, _span(seeds)),
+  for (root, benchmark, code, method, extra, dataset), seeds in seeds_of.items():
+    datasets_of.setdefault((root, benchmark, code, method, extra, _span(seeds)),
                            []).append(dataset)
   merged: dict[tuple, list[str]] = {}
-  for (root, benchmark, commit, method, extra, seeds), datasets in datasets_of.items():
-    key = (root, benchmark, commit, " ".join(sorted(datasets)), seeds, extra)
+  for (root, benchmark, code, method, extra, seeds), datasets in datasets_of.items():
+    key = (root, benchmark, code, " ".join(sorted(datasets)), seeds, extra)
     merged.setdefault(key, []).append(method)
   lines = []
-  for (root, benchmark, commit, datasets, seeds, extra), methods in sorted(merged.items()):
+  for (root, benchmark, code, datasets, seeds, extra), methods in sorted(merged.items()):
     lines.append(f"- `common/run_table.sh --benchmark={benchmark} --output_root={root} "
                  f"--datasets=\"{datasets}\" --seeds=\"{seeds}\" "
                  f"--methods=\"{' '.join(sorted(methods))}\"" + (f" -- {extra}" if extra else "")
-                 + f"` (code `{commit}`)")
+                 + f"` ({code})")
   return lines + singles
 
 

@@ -125,17 +125,18 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   assert related_table.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
-      "(code `0000000`)",
+      "(code `0000000`, which had no --noise_chunk_steps, --jit_compile)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"1\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
-      "(code `1111111`)",
+      "(code `1111111`, which had no --noise_chunk_steps, --jit_compile)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"0 1\" --methods=\"vi\"` (code `abc`)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"wine\" "
-      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` (code `abc`)",
+      "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
+      "(code `abc`, which had no --noise_chunk_steps, --jit_compile)",
       f"- `common/run_table.sh --benchmark=uci --output_root={root}/eb --datasets=\"wine\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0` "
-      "(code `abc`)",
+      "(code `abc`, which had no --vogn_prior_decay)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
       f"--output_dir={root}/probe` (code `abc`)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=0 --hidden_units=100 "
@@ -170,7 +171,7 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig)
   assert len(commands) == len(records)
   assert [command for command in commands if '"refined_vi"' in command][0].endswith(
-      '-- --jit_compile_refinement` (code `abc`)')
+      '-- --jit_compile_refinement` (code `abc`, which had no --jit_compile_refinement)')
   for command in commands:
     method = command.split('--methods="')[1].split('"')[0]
     seed = int(command.split('--seeds="')[1].split('"')[0])
