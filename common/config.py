@@ -268,10 +268,11 @@ def absent_values(config: Config) -> dict[str, Any]:
 
 
 def recorded_config(config_class: type, flags: Mapping[str, Any], **naming: Any) -> Config:
-  """The config a results.json's `flags` describe: each setting as recorded, else its absent
-  value (`absent_values` of `config_class(**naming)`: what runs did before it existed), so a
-  record is read the same way wherever one is compared, listed or remade."""
-  absent = absent_values(config_class(**naming))
+  """The config a results.json's `flags` describe: each setting as recorded, else the run's
+  `naming` (method, dataset) for those, else its absent value (`absent_values`: what runs did
+  before it existed), so a record is read the same way wherever one is compared, listed or
+  remade."""
+  absent = {**absent_values(config_class(**naming)), **naming}
   values = {field.name: flags.get(field.name, absent[field.name])
             for field in dataclasses.fields(config_class)}
   return config_class(**{name: tuple(value) if isinstance(value, list) else value

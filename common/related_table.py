@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -109,8 +109,9 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
           "Each line remakes its runs' settings, with the settings each run recorded where they "
           f"differ from today's defaults{note}. Its runs were made at the code it names, where "
           "the line (without the flags that code did not have yet) remakes them bit for bit; "
-          f"a later commit may draw other random numbers. Then `{table_command}` writes this "
-          "file.", "",
+          "a later commit may draw other random numbers. Runs of one dataset and seed share its "
+          "VI (or VOGN) checkpoint across lines: the first line run trains it, at its own code. "
+          f"Then `{table_command}` writes this file.", "",
           *commands]
 
 
@@ -148,6 +149,14 @@ def _flags_beyond_defaults(record: dict, config_class: type) -> tuple[str, str]:
   return " ".join(parts), ", ".join(unknown_then)
 
 
+def _code(commit: Optional[str]) -> str:
+  """Where a run's code is: its short commit, marked if the tree had uncommitted changes."""
+  if not commit:
+    return "unknown code"
+  return f"code `{commit[:7]}`" + (" with uncommitted changes" if commit.endswith("-dirty")
+                                   else "")
+
+
 def _span(values: Sequence[int]) -> str:
   """Seeds as run_table.sh takes them: "0 1 2"."""
   return " ".join(str(v) for v in sorted(set(values)))
@@ -166,7 +175,7 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
     with open(path) as stream:
       record = json.load(stream)
     extra, unknown_then = _flags_beyond_defaults(record, config_class)
-    code = f"code `{str(record.get('git_commit'))[:7]}`" + (
+    code = _code(record.get("git_commit")) + (
         f", which had no {unknown_then}" if unknown_then else "")
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
     if match is None or (match["benchmark"], match["dataset"], match["method"],

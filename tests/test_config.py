@@ -112,6 +112,7 @@ def test_a_record_is_read_as_the_config_it_describes():
   assert recorded == ChunkedExample(chunk=0, sizes=(3, 4), count=2)
   assert recorded.differences({"sizes": [3, 4], "count": 2}) == []
   assert recorded_config(ChunkedExample, {"chunk": 100}) == ChunkedExample()
+  assert recorded_config(ChunkedExample, {}, name="b").name == "b"
 
 
 def test_every_binary_with_device_flags_runs_under_them():

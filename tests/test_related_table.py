@@ -116,7 +116,7 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
                     noise_chunk_steps=None, jit_compile=None, vogn_prior_decay=None)
   _write_uci_record(root / "eb" / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
                     vogn_prior="empirical_bayes", vogn_prior_decay=None)
-  _write_uci_record(root / "probe", "vi", "wine", 3, hidden_units=20)
+  _write_uci_record(root / "probe", "vi", "wine", 3, commit="f" * 40 + "-dirty", hidden_units=20)
   # run_table.sh --variant's layout (<root>/uci/<dataset>/<variant>/<method>/seed_<s>) is not
   # read as a benchmark named after the dataset.
   _write_uci_record(root / "uci" / "wine" / "wide" / "vi" / "seed_0", "vi", "wine", 0,
@@ -138,7 +138,7 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
       "--seeds=\"0\" --methods=\"vogn\" -- --vogn_prior=empirical_bayes --vogn_prior_decay=0.0` "
       "(code `abc`, which had no --vogn_prior_decay)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=3 --hidden_units=20 "
-      f"--output_dir={root}/probe` (code `abc`)",
+      f"--output_dir={root}/probe` (code `fffffff` with uncommitted changes)",
       f"- `python -m uci.main --dataset=wine --method=vi --seed=0 --hidden_units=100 "
       f"--output_dir={root}/uci/wine/wide/vi/seed_0` (code `abc`)"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from common.results import write_results
 from results.uci import backfill_calibration_error as backfill
-from uci import data, table
+from uci import data, regression, related_table, table
 
 
 def _write(root, method, seed, metrics, dataset="yacht_hydrodynamics"):
@@ -116,6 +116,10 @@ def test_calibration_error_is_copied_only_from_a_rerun_that_reproduces_the_run(t
   before = open(committed).read()
   rerun = f"rerun/{committed}"
   assert backfill.backfill(committed, rerun, "note") == "no rerun"
+  run("rerun/results", flags, {"elbo": -100.0, "num_train": 10, "target_std": 1.0,
+                               "calibration_error": 0.1})
+  assert backfill.backfill(committed, rerun, "note") == [
+      "test_mll (the rerun does not record it)"]
   run("rerun/results", {**flags, "vi_steps": 20000}, {**metrics, "calibration_error": 0.1})
   assert backfill.backfill(committed, rerun, "note") == ["--vi_steps"]
   run("rerun/results", flags, {**metrics, "test_mll": np.nextafter(-1.0, 0.0),
@@ -129,3 +133,15 @@ def test_calibration_error_is_copied_only_from_a_rerun_that_reproduces_the_run(t
   assert record["metrics"] == {**metrics, "calibration_error": 0.1}
   assert record["backfilled"]["metrics.calibration_error"].startswith("note from a rerun at ")
   assert backfill.backfill(committed, rerun, "note") == "recorded"
+
+
+def test_the_calibration_note_gives_each_datasets_floor_and_refuses_mixed_splits():
+  """The bug it catches: a floor from some other run's test size (one value taken per dataset
+  whatever the runs hold), which a table mixing split protocols would state wrongly."""
+  runs = pd.DataFrame({"dataset": ["boston_housing", "boston_housing", "yacht_hydrodynamics"],
+                       "num_test": [101, 101, 62]})
+  note = related_table.calibration_note(runs)
+  assert (f"boston_housing {regression.calibration_error_floor(101):.3f}, "
+          f"yacht_hydrodynamics {regression.calibration_error_floor(62):.3f}.") in note
+  with pytest.raises(ValueError, match="boston_housing have test splits of different sizes"):
+    related_table.calibration_note(runs.assign(num_test=[101, 51, 62]))

@@ -68,7 +68,12 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
 def calibration_note(runs: pd.DataFrame) -> str:
   """What the calibration error measures, and the score sampling alone gives a perfectly
   calibrated predictive on each dataset's test split (`regression.calibration_error_floor`)."""
-  sizes = runs.groupby("dataset")["num_test"].first()
+  sizes = runs.dropna(subset=["num_test"]).groupby("dataset")["num_test"].unique()
+  mixed = [dataset for dataset, values in sizes.items() if len(values) > 1]
+  if mixed:
+    raise ValueError(f"runs of {', '.join(mixed)} have test splits of different sizes; allowed: "
+                     "one split protocol per table")
+  sizes = sizes.map(lambda values: values[0])
   floors = ", ".join(f"{dataset} {regression.calibration_error_floor(int(size)):.3f}"
                      for dataset, size in sizes.items())
   return ("Calibration error: the mean over levels p = 0.05, ..., 0.95 of |p - the share of test "

@@ -34,13 +34,17 @@ METRIC = "calibration_error"
 
 def disagreements(run: dict, rerun: dict) -> list[str]:
   """What keeps `rerun` from vouching for `run`: settings that shape results and differ, and
-  metrics both record with different values (timings and checkpoint bookkeeping aside)."""
+  metrics of the run the rerun lacks or gives other values (timings and checkpoint bookkeeping
+  aside)."""
   settings = recorded_config(UciConfig, rerun["flags"], method=rerun["method"],
                              dataset=rerun["dataset"])
   problems = [f"--{name}" for name in settings.differences(run["flags"])]
   for name, value in run["metrics"].items():
-    if name in rerun["metrics"] and not name.endswith("_resumed_from_step") and (
-        rerun["metrics"][name] != value):
+    if name.endswith("_resumed_from_step"):
+      continue
+    if name not in rerun["metrics"]:
+      problems.append(f"{name} (the rerun does not record it)")
+    elif rerun["metrics"][name] != value:
       problems.append(f"{name} {value!r} (rerun: {rerun['metrics'][name]!r})")
   return problems
 
@@ -69,11 +73,17 @@ def backfill(path: str, rerun_path: str, note: str) -> Union[str, list[str]]:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
+  """Backfills every run under the roots (paths as committed, relative to the repository) and
+  reports the counts; exits 1 naming each refused rerun."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rerun_root", required=True,
                       help="The folder the reruns' output roots are under, paths as committed.")
   parser.add_argument("roots", nargs="+", help="Folders of committed UCI runs (relative paths).")
   args = parser.parse_args(argv)
+  for root in args.roots:
+    if os.path.isabs(root) or not os.path.isdir(root):
+      parser.error(f"{root}: allowed: a folder of committed runs, relative to the repository "
+                   "root (the rerun's path is the same under --rerun_root)")
   note = backfill_note(SCRIPT)
   counts = {"added": 0, "recorded": 0, "no rerun": 0}
   refused = []
