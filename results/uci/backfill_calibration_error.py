@@ -10,7 +10,7 @@ as it can check it: it reruns nothing itself, but reads the run at the same path
 --rerun_root (made by a command at the end of uci_table.md with its --output_root moved under
 that root, at the code commit the command names, with 2b1ac4a's uci/regression.py applied if that
 commit is older), and copies calibration_error in only if the rerun was made with the same
-settings (Config.differences) and every metric both record is equal. The copy carries a
+settings (Config.differences) and records every metric of the run with an equal value. The copy carries a
 "backfilled" note naming this script, its commit and the rerun's, so nobody mistakes it for a
 recorded value. A run without a rerun is left alone and counted; a rerun that disagrees leaves
 the file alone, is named, and exits 1.
