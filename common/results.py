@@ -77,12 +77,40 @@ def note_start_commit() -> Optional[str]:
   return _commit_at_start["commit"]
 
 
+# The vector instructions by which oneDNN and Eigen pick their CPU kernels: two machines that differ
+# in these can round differently, and SVGD's runs grow such round-off into a different result.
+KERNEL_CPU_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
+                       "avx512_fp16", "amx_tile", "amx_bf16", "asimd", "sve")
+
+
+def cpu_description(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
+  """The CPU's model name and its KERNEL_CPU_FEATURES, read from `cpuinfo_path` (empty where it
+  is missing), and TF_ENABLE_ONEDNN_OPTS: what decides a CPU run's round-off beyond the code."""
+  model, features = None, set()
+  try:
+    with open(cpuinfo_path) as cpuinfo:
+      for line in cpuinfo:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+          model = value.strip()
+        elif key in ("flags", "Features"):
+          features.update(value.split())
+  except OSError:
+    pass
+  return {"cpu_model": model or platform.processor() or None,
+          "cpu_features": [name for name in KERNEL_CPU_FEATURES if name in features],
+          "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
+
+
 def machine_description() -> dict[str, Any]:
-  """The platform, and with TensorFlow loaded the strategy, replicas and devices of the run."""
+  """The platform and CPU (`cpu_description`), and with TensorFlow loaded the strategy, replicas
+  and devices of the run."""
   description = {
       "platform": platform.platform(),
       "processor": platform.machine(),
-      "cpu_count": os.cpu_count()
+      "cpu_count": os.cpu_count(),
+      **cpu_description(),
   }
   if "tensorflow" in sys.modules:
     import tensorflow as tf

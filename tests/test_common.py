@@ -188,6 +188,32 @@ def test_git_commit_is_dirty_for_changed_code_but_not_for_rewritten_results(tmp_
   assert git_commit(str(tmp_path)).endswith("-dirty")
 
 
+def test_cpu_description_names_the_model_and_the_kernel_features_of_each_architecture(
+    tmp_path, monkeypatch):
+  """Catches a machine record that cannot tell two CPUs apart: SVGD runs made on the 25th did not
+  reproduce on the 27th at the same commit, data and versions, and nothing recorded said why."""
+  from common.results import cpu_description, machine_description
+  x86 = tmp_path / "x86"
+  x86.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C\n"
+                 "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile\n\n"
+                 "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8481C\n"
+                 "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile\n")
+  arm = tmp_path / "arm"
+  arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve crc32\n")
+  monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+  assert cpu_description(str(x86)) == {
+      "cpu_model": "Intel(R) Xeon(R) Platinum 8481C",
+      "cpu_features": ["avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"],
+      "tf_enable_onednn_opts": "0"}
+  assert cpu_description(str(arm))["cpu_features"] == ["asimd", "sve"]
+  assert cpu_description(str(tmp_path / "missing"))["cpu_features"] == []
+  monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS")
+  machine = machine_description()
+  assert machine["tf_enable_onednn_opts"] is None
+  if os.path.exists("/proc/cpuinfo"):
+    assert machine["cpu_model"] and machine["cpu_features"]
+
+
 @pytest.mark.parametrize("created, leave_a_file", [(True, False), (True, True), (False, False)])
 def test_a_failed_run_removes_only_the_empty_folders_it_created(tmp_path, created, leave_a_file):
   """A run that created its output folder and failed before writing a file leaves no folder; a
