@@ -13,13 +13,14 @@ import json
 import math
 import os
 import re
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from common import tables
 from common.config import recorded_config
+from common.results import git_commit_time
 
 METHOD_TITLES = dict(tables.METHOD_TITLES, vogn="VOGN", refined_vogn="Refined VOGN",
                      vogn_gauss_newton="VOGN (GN)",
@@ -110,7 +111,8 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
           f"differ from today's defaults{note}. Its runs were made at the code it names, where "
           "the line (without the flags that code did not have yet) remakes them bit for bit; "
           "a later commit may draw other random numbers. Runs of one dataset and seed share its "
-          "VI (or VOGN) checkpoint across lines: the first line run trains it, at its own code. "
+          "VI (or VOGN) checkpoint across lines: the first line run trains it, at its own code, "
+          "so run them in the order given, that of their code's commits. "
           f"Then `{table_command}` writes this file.", "",
           *commands]
 
@@ -162,29 +164,38 @@ def _span(values: Sequence[int]) -> str:
   return " ".join(str(v) for v in sorted(set(values)))
 
 
-def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
+def reproduction_commands(runs: pd.DataFrame, config_class: type,
+                          made_at: Callable[[str], Optional[int]] = git_commit_time
+                          ) -> list[str]:
   """Markdown lines: the command that remakes each group of `runs` (rows with a results.json
   `path`), read from the settings each run recorded, so the table says exactly how every number
   was made. Runs of a run_table.sh layout sharing root, datasets, seeds and settings make one
   run_table.sh line if they were also made at the same code commit, which the line names (a
   later commit may draw other random numbers); any other run gets its own
-  `python -m <benchmark>.main` line."""
+  `python -m <benchmark>.main` line. Lines come in the order of their code's commit time
+  (`made_at`; unknown commits last), so run in order, a dataset's and seed's shared checkpoint
+  is trained by the line of the code that trained it (a refinement added at later code
+  must not train its VOGN first)."""
   seeds_of: dict[tuple, set[int]] = {}
   singles = []
+  times: dict[str, tuple[bool, int]] = {}
   for path in sorted(set(runs.path)):
     with open(path) as stream:
       record = json.load(stream)
     extra, unknown_then = _flags_beyond_defaults(record, config_class)
-    code = _code(record.get("git_commit")) + (
-        f", which had no {unknown_then}" if unknown_then else "")
+    commit = record.get("git_commit")
+    code = _code(commit) + (f", which had no {unknown_then}" if unknown_then else "")
+    if code not in times:
+      made = made_at(commit) if commit else None
+      times[code] = (made is None, made or 0)
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
     if match is None or (match["benchmark"], match["dataset"], match["method"],
                          int(match["seed"])) != (record["benchmark"], record["dataset"],
                                                  record["method"], int(record["seed"])):
-      singles.append(f"- `python -m {record['benchmark']}.main --dataset={record['dataset']} "
-                     f"--method={record['method']} --seed={record['seed']} "
-                     + (f"{extra} " if extra else "") + f"--output_dir={os.path.dirname(path)}` "
-                     f"({code})")
+      singles.append((times[code], f"- `python -m {record['benchmark']}.main "
+                      f"--dataset={record['dataset']} --method={record['method']} "
+                      f"--seed={record['seed']} " + (f"{extra} " if extra else "")
+                      + f"--output_dir={os.path.dirname(path)}` ({code})"))
       continue
     key = (match["root"], match["benchmark"], code, record["method"], extra, record["dataset"])
     seeds_of.setdefault(key, set()).add(int(record["seed"]))
@@ -198,11 +209,13 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type) -> list[str]:
     merged.setdefault(key, []).append(method)
   lines = []
   for (root, benchmark, code, datasets, seeds, extra), methods in sorted(merged.items()):
-    lines.append(f"- `common/run_table.sh --benchmark={benchmark} --output_root={root} "
-                 f"--datasets=\"{datasets}\" --seeds=\"{seeds}\" "
-                 f"--methods=\"{' '.join(sorted(methods))}\"" + (f" -- {extra}" if extra else "")
-                 + f"` ({code})")
-  return lines + singles
+    lines.append((times[code], f"- `common/run_table.sh --benchmark={benchmark} "
+                  f"--output_root={root} --datasets=\"{datasets}\" --seeds=\"{seeds}\" "
+                  f"--methods=\"{' '.join(sorted(methods))}\""
+                  + (f" -- {extra}" if extra else "") + f"` ({code})"))
+  # Stable sorts: table lines before single runs, each in its own order, within one code time.
+  return [line for _, line in sorted(lines, key=lambda pair: pair[0])
+          + sorted(singles, key=lambda pair: pair[0])]
 
 
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],

@@ -54,6 +54,18 @@ def git_commit(repository: Optional[str] = None) -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
+def git_commit_time(commit: str, repository: Optional[str] = None) -> Optional[int]:
+  """When `commit` (a results.json git_commit, '-dirty' allowed) was committed, in Unix seconds;
+  None if this repository does not hold it."""
+  repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    stamp = subprocess.run(["git", "show", "-s", "--format=%ct", commit.removesuffix("-dirty")],
+                           cwd=repository, capture_output=True, text=True, check=True).stdout
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  return int(stamp) if stamp.strip().isdigit() else None
+
+
 def backfill_note(script: str) -> str:
   """'<commit> by <script>': the note a value added to a committed record after its run carries,
   so nobody mistakes it for a recorded one; exits naming the commit if the code is uncommitted."""

@@ -188,6 +188,20 @@ def test_git_commit_is_dirty_for_changed_code_but_not_for_rewritten_results(tmp_
   assert git_commit(str(tmp_path)).endswith("-dirty")
 
 
+def test_git_commit_time_reads_the_committer_date_and_knows_unknown_commits(tmp_path):
+  from common.results import git_commit, git_commit_time
+  (tmp_path / "code.py").write_text("x = 1\n")
+  environment = {**os.environ, "GIT_COMMITTER_DATE": "2026-11-25T14:50:43+00:00"}
+  for args in (["init", "-q"], ["add", "."],
+               ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"]):
+    subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                   env=environment)
+  commit = git_commit(str(tmp_path))
+  assert git_commit_time(commit, str(tmp_path)) == 1795618243
+  assert git_commit_time(commit + "-dirty", str(tmp_path)) == 1795618243
+  assert git_commit_time("0" * 40, str(tmp_path)) is None
+
+
 def test_cpu_description_names_the_model_and_the_kernel_features_of_each_architecture(
     tmp_path, monkeypatch):
   """Catches a machine record that cannot tell two CPUs apart: SVGD runs made on the 25th did not

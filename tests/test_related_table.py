@@ -143,6 +143,30 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
       f"--output_dir={root}/uci/wine/wide/vi/seed_0` (code `abc`)"]
 
 
+def test_commands_come_in_the_order_their_code_was_committed(tmp_path):
+  """VOGN made at an older commit whose hash sorts last, its refinement at a newer one: run in
+  the order given, the VOGN line must come first, or the refinement's line trains the shared
+  VOGN checkpoint at code that draws other numbers. Catches lines ordered by hash (as they were),
+  and an unknown commit (not in this repository) sorted before known ones."""
+  from uci import table
+  from uci.config import UciConfig
+  root = tmp_path
+  made = {"f" * 40: 100, "a" * 40: 200}
+  _write_uci_record(root / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
+                    commit="f" * 40)
+  _write_uci_record(root / "uci" / "wine" / "refined_vogn" / "seed_0", "refined_vogn", "wine",
+                    0, commit="a" * 40)
+  _write_uci_record(root / "uci" / "wine" / "vi" / "seed_0", "vi", "wine", 0, commit="0" * 40)
+  commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig,
+                                                 made_at=made.get)
+  assert [command.split('--methods="')[1].split('"')[0] for command in commands] == [
+      "vogn", "refined_vogn", "vi"]
+  unknown = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig,
+                                                made_at=lambda commit: None)
+  assert [command.split('--methods="')[1].split('"')[0] for command in unknown] == [
+      "vi", "refined_vogn", "vogn"]
+
+
 def test_each_command_remakes_its_runs_settings(tmp_path):
   """The flags of every generated command, parsed as the binary parses them, give a config whose
   settings match the run's record (`Config.differences` is empty), so rerunning the command over
