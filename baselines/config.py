@@ -39,6 +39,11 @@ PARTICLE_SMALL_DATA, PARTICLE_LARGE_DATA = (100, 500), (1000, 3000)
 PARTICLE_LARGE_TRAINING_SET = 900
 
 
+# Initial weights of the particles: the deep ensemble's (He-normal hidden, Glorot-uniform output)
+# or the f-POVI authors' N(0, 1 / (fan_in + fan_out + 1)) on every kernel.
+PARTICLE_INITIALIZERS = ("he_glorot", "fpovi")
+
+
 @dataclasses.dataclass
 class MethodConfig(DeviceConfig):
   """What `baselines.methods.train_method` needs, whatever the benchmark."""
@@ -165,6 +170,12 @@ class MethodConfig(DeviceConfig):
   particle_weight_prior_scale: float = setting(
       0.0, "svgd, fsvgd: std of the Gaussian prior on every weight and bias (0: the f-POVI "
       "paper's N(0, 1/fan_out)).", minimum=0, shapes=(PARTICLES,))
+  particle_initializer: str = setting(
+      "he_glorot", "svgd, fsvgd: initial weights, he_glorot (He-normal hidden layers, "
+      "Glorot-uniform output, as the deep ensemble) or fpovi (the f-POVI authors' "
+      "N(0, 1/(fan_in + fan_out + 1)) on every kernel); biases start at 0 either way. With "
+      "--initial_noise_scale=0.5 the authors' whole initialisation.",
+      choices=PARTICLE_INITIALIZERS, shapes=(PARTICLES,))
   fsvgd_prior_draws: int = setting(
       40, "fsvgd: prior networks drawn per step for the Gaussian function-space prior.",
       minimum=2, maximum=10_000, shapes=(PARTICLES,))

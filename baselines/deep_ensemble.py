@@ -147,15 +147,36 @@ class HeteroscedasticGaussianHead(tf_keras.layers.Layer):
     return tf.concat([raw[..., 0:1], tf.sqrt(variance)], axis=-1)
 
 
+class FanSumNormal(tf_keras.initializers.Initializer):
+  """Kernels drawn from N(0, 1 / (fan_in + fan_out + 1)): the f-POVI authors' initialisation of
+  their UCI particles (thu-ml/fpovi `ffn/rf.py`, `init_bnn_weight`; untruncated, biases 0)."""
+
+  def __init__(self, seed: Optional[int] = None):
+    self.seed = seed
+
+  def __call__(self, shape, dtype=None, **kwargs):
+    fan_in, fan_out = int(shape[-2]), int(shape[-1])
+    return tf_keras.initializers.RandomNormal(
+        stddev=1.0 / np.sqrt(fan_in + fan_out + 1.0), seed=self.seed)(shape, dtype)
+
+  def get_config(self) -> dict:
+    return {"seed": self.seed}
+
+
 def member_regression_layers(num_members: int, hidden_units: int, num_hidden_layers: int,
-                             num_outputs: int, seed: int) -> list[MemberDense]:
+                             num_outputs: int, seed: int,
+                             kernel_initializer=None) -> list[MemberDense]:
   """The UCI network's dense layers on a member axis: ReLU hidden layers (He-normal), then a
-  Glorot-uniform output layer, each layer's initial values from its own seed."""
+  Glorot-uniform output layer, or `kernel_initializer` on every layer; each layer's initial
+  values from its own seed."""
+  hidden_initializer = kernel_initializer or "he_normal"
   layers = [
-      MemberDense(hidden_units, num_members, activation="relu", seed=derived_seed(seed, layer))
+      MemberDense(hidden_units, num_members, activation="relu",
+                  kernel_initializer=hidden_initializer, seed=derived_seed(seed, layer))
       for layer in range(num_hidden_layers)
   ]
-  return layers + [MemberDense(num_outputs, num_members, kernel_initializer="glorot_uniform",
+  return layers + [MemberDense(num_outputs, num_members,
+                               kernel_initializer=kernel_initializer or "glorot_uniform",
                                seed=derived_seed(seed, num_hidden_layers))]
 
 

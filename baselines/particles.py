@@ -35,7 +35,8 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from auxiliary_sampling.training_data import check_data
-from baselines.deep_ensemble import MemberDense, member_regression_layers
+from baselines.config import PARTICLE_INITIALIZERS
+from baselines.deep_ensemble import FanSumNormal, MemberDense, member_regression_layers
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 from baselines.learning_rate import LearningRateSchedule
 from baselines.training import CheckpointedTraining, TrainingResult
@@ -184,10 +185,16 @@ def gaussian_log_density(values: tf.Tensor, mean: tf.Tensor, precision: tf.Tenso
 
 
 def regression_particles(num_particles: int, hidden_units: int, num_hidden_layers: int = 1,
-                         initial_noise_scale: float = 1.0, seed: int = 0) -> tf_keras.Sequential:
-  """n particles of the UCI network: ReLU hidden layers, one output, a noise scale each."""
+                         initial_noise_scale: float = 1.0, seed: int = 0,
+                         initializer: str = "he_glorot") -> tf_keras.Sequential:
+  """n particles of the UCI network: ReLU hidden layers, one output, a noise scale each, with
+  initial weights by `initializer` (one of PARTICLE_INITIALIZERS)."""
+  if initializer not in PARTICLE_INITIALIZERS:
+    raise ValueError(f"initializer={initializer!r}; allowed: {', '.join(PARTICLE_INITIALIZERS)}")
+  kernel_initializer = FanSumNormal() if initializer == "fpovi" else None
   return tf_keras.Sequential(
-      member_regression_layers(num_particles, hidden_units, num_hidden_layers, 1, seed)
+      member_regression_layers(num_particles, hidden_units, num_hidden_layers, 1, seed,
+                               kernel_initializer)
       + [HomoscedasticNoise(num_members=num_particles, initial_scale=initial_noise_scale)])
 
 

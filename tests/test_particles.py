@@ -191,3 +191,45 @@ def test_an_interrupted_fsvgd_run_resumes_to_the_same_particles(tmp_path):
   assert result.resumed_from_step == 40
   for a, b in zip(uninterrupted.variables, resumed.variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.name)
+
+
+def _initial_kernels(config):
+  from uci.networks import uci_networks
+  model = uci_networks(config).particles(config.num_particles)
+  model(tf.zeros([5, 13]))
+  return [layer for layer in model.layers if isinstance(layer, MemberDense)]
+
+
+def test_fpovi_initializer_draws_the_authors_normal_and_the_default_keeps_he_and_glorot():
+  """--particle_initializer reaches the UCI particles: fpovi draws every kernel from the f-POVI
+  authors' untruncated N(0, 1/(fan_in + fan_out + 1)) (thu-ml/fpovi `init_bnn_weight`), the
+  default keeps He-normal hidden kernels (std sqrt(2/fan_in), truncated at 2 std) and a
+  Glorot-uniform output. Catches the flag not reaching the network (the default's weights under
+  fpovi), a variance of 2/(fan_in + fan_out) (Glorot's), truncation, and
+  particles drawn alike."""
+  from uci.config import UciConfig
+  fpovi = _initial_kernels(UciConfig(method="svgd", particle_initializer="fpovi", seed=3))
+  default = _initial_kernels(UciConfig(method="svgd", seed=3))
+  for layer in fpovi:
+    kernel = layer.kernel.numpy()
+    fan_in, fan_out = kernel.shape[1:]
+    expected = 1 / math.sqrt(fan_in + fan_out + 1)
+    # The sample std of n normals is within 3 of its standard errors (std / sqrt(2n)).
+    assert abs(kernel.std() - expected) < 3 * expected / math.sqrt(2 * kernel.size)
+    assert np.abs(kernel).max() > 2.5 * expected   # not truncated at 2 std
+    assert not np.allclose(kernel[0], kernel[1])
+    np.testing.assert_array_equal(layer.bias.numpy(), 0.0)
+  hidden, output = default
+  fan_in = hidden.kernel.shape[1]
+  assert abs(hidden.kernel.numpy().std() - math.sqrt(2 / fan_in)) < 0.05 * math.sqrt(2 / fan_in)
+  assert np.abs(hidden.kernel.numpy()).max() <= 2 * math.sqrt(2 / fan_in) / 0.87962566 + 1e-6
+  limit = math.sqrt(6 / (output.kernel.shape[1] + output.kernel.shape[2]))
+  assert np.abs(output.kernel.numpy()).max() <= limit
+  assert np.abs(output.kernel.numpy()).max() > 0.9 * limit
+  again = _initial_kernels(UciConfig(method="svgd", particle_initializer="fpovi", seed=3))
+  np.testing.assert_array_equal(again[0].kernel.numpy(), fpovi[0].kernel.numpy())
+
+
+def test_unknown_particle_initializer_is_refused():
+  with pytest.raises(ValueError, match="initializer='glorot'; allowed: he_glorot, fpovi"):
+    regression_particles(4, 8, initializer="glorot")

@@ -47,7 +47,8 @@ def uci_networks(config: UciConfig) -> Networks:
   def particle_networks(num_particles):
     return particles.regression_particles(num_particles, config.hidden_units,
                                           config.num_hidden_layers, config.initial_noise_scale,
-                                          seed=config.seed)
+                                          seed=config.seed,
+                                          initializer=config.particle_initializer)
 
   return Networks(mean_field=mean_field, mnf=mnf_network, ensemble=ensemble,
                   particles=particle_networks)
