@@ -155,7 +155,9 @@ class FanSumNormal(tf_keras.initializers.Initializer):
     self.seed = seed
 
   def __call__(self, shape, dtype=None, **kwargs):
-    fan_in, fan_out = int(shape[-2]), int(shape[-1])
+    if len(shape) != 2:
+      raise ValueError(f"FanSumNormal draws dense kernels [fan_in, fan_out], not shape {shape}")
+    fan_in, fan_out = int(shape[0]), int(shape[1])
     return tf_keras.initializers.RandomNormal(
         stddev=1.0 / np.sqrt(fan_in + fan_out + 1.0), seed=self.seed)(shape, dtype)
 

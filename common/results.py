@@ -54,16 +54,18 @@ def git_commit(repository: Optional[str] = None) -> Optional[str]:
   return commit + ("-dirty" if dirty else "")
 
 
-def git_commit_time(commit: str, repository: Optional[str] = None) -> Optional[int]:
-  """When `commit` (a results.json git_commit, '-dirty' allowed) was committed, in Unix seconds;
-  None if this repository does not hold it."""
+def git_history_positions(repository: Optional[str] = None) -> dict[str, int]:
+  """Every commit reachable from the repository's refs, by full hash, mapped to its place in
+  history with parents before children (`git rev-list --topo-order --reverse --all`): the order
+  code was written in, where commit times tie (a rebase, or several commits in one second) or
+  skew. Empty where git or the repository is missing; a shallow clone holds only its commits."""
   repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
-    stamp = subprocess.run(["git", "show", "-s", "--format=%ct", commit.removesuffix("-dirty")],
-                           cwd=repository, capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(["git", "rev-list", "--topo-order", "--reverse", "--all"],
+                             cwd=repository, capture_output=True, text=True, check=True).stdout
   except (OSError, subprocess.CalledProcessError):
-    return None
-  return int(stamp) if stamp.strip().isdigit() else None
+    return {}
+  return {commit: position for position, commit in enumerate(listing.split())}
 
 
 def backfill_note(script: str) -> str:
@@ -89,35 +91,56 @@ def note_start_commit() -> Optional[str]:
   return _commit_at_start["commit"]
 
 
-# The vector instructions by which oneDNN and Eigen pick their CPU kernels: two machines that differ
-# in these can round differently, and SVGD's runs grow such round-off into a different result.
-KERNEL_CPU_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16",
-                       "avx512_fp16", "amx_tile", "amx_bf16", "asimd", "sve")
+# The vector instructions by which oneDNN and Eigen pick their CPU kernels (x86, then ARM): two
+# machines that differ in these can round differently, and SVGD's runs grow such round-off into a
+# different result.
+KERNEL_CPU_FEATURES = ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512dq",
+                       "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+                       "amx_int8", "amx_bf16", "amx_fp16", "asimd", "sve", "sve2", "bf16", "i8mm")
+# Environment variables that change which oneDNN kernels run, or whether any do.
+ONEDNN_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE")
 
 
 def cpu_description(cpuinfo_path: str = "/proc/cpuinfo") -> dict[str, Any]:
-  """The CPU's model name and its KERNEL_CPU_FEATURES, read from `cpuinfo_path` (empty where it
-  is missing), and TF_ENABLE_ONEDNN_OPTS: what decides a CPU run's round-off beyond the code."""
-  model, features = None, set()
+  """The CPU as `cpuinfo_path` (Linux's /proc/cpuinfo) names it: its model (x86's model name, ARM's
+  implementer and part numbers, POWER's cpu line; None where missing) and its
+  KERNEL_CPU_FEATURES; and the ONEDNN_ENVIRONMENT variables that are set: what decides a CPU
+  run's round-off beyond the code and the package versions."""
+  fields: dict[str, str] = {}
+  features: set[str] = set()
   try:
     with open(cpuinfo_path) as cpuinfo:
       for line in cpuinfo:
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and model is None:
-          model = value.strip()
-        elif key in ("flags", "Features"):
+        key, value = key.strip(), value.strip()
+        if key in ("flags", "Features"):
           features.update(value.split())
+        else:
+          fields.setdefault(key, value)
   except OSError:
     pass
-  return {"cpu_model": model or platform.processor() or None,
+  model = fields.get("model name") or fields.get("cpu")
+  if model is None and "CPU implementer" in fields:
+    model = f"implementer {fields['CPU implementer']} part {fields.get('CPU part', '?')}"
+  return {"cpu_model": model,
           "cpu_features": [name for name in KERNEL_CPU_FEATURES if name in features],
-          "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
+          "onednn_environment": {name: os.environ[name] for name in ONEDNN_ENVIRONMENT
+                                 if name in os.environ}}
+
+
+def onednn_enabled() -> Optional[bool]:
+  """Whether TensorFlow runs its oneDNN kernels (by default on x86 Linux, unless
+  TF_ENABLE_ONEDNN_OPTS=0); None where this TensorFlow does not say."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port
+    return bool(_pywrap_util_port.IsMklEnabled())
+  except (ImportError, AttributeError):
+    return None
 
 
 def machine_description() -> dict[str, Any]:
-  """The platform and CPU (`cpu_description`), and with TensorFlow loaded the strategy, replicas
-  and devices of the run."""
+  """The platform and CPU (`cpu_description`), and with TensorFlow loaded whether it runs oneDNN
+  and the strategy, replicas and devices of the run."""
   description = {
       "platform": platform.platform(),
       "processor": platform.machine(),
@@ -128,6 +151,7 @@ def machine_description() -> dict[str, Any]:
     import tensorflow as tf
 
     from common.distribution import describe_strategy
+    description["onednn_enabled"] = onednn_enabled()
     description.update(describe_strategy(tf.distribute.get_strategy()))
   return description
 
