@@ -13,14 +13,14 @@ import json
 import math
 import os
 import re
-from typing import Callable, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from common import tables
 from common.config import recorded_config
-from common.results import git_commit_time
+from common.results import git_history_positions
 
 METHOD_TITLES = dict(tables.METHOD_TITLES, vogn="VOGN", refined_vogn="Refined VOGN",
                      vogn_gauss_newton="VOGN (GN)",
@@ -103,17 +103,22 @@ def provenance(runs: pd.DataFrame) -> str:
 def commands_section(runs: pd.DataFrame, config_class: type, table_command: str) -> list[str]:
   """Markdown lines ending a table: the commands that remake its runs
   (`reproduction_commands`), then the one that writes the table."""
-  commands = reproduction_commands(runs, config_class)
+  history = git_history_positions()
+  commands = reproduction_commands(runs, config_class, history)
   note = (" (`--noise_chunk_steps=0`: the per-step draws of runs made before the compiled loop)"
           if any("--noise_chunk_steps=0" in command for command in commands) else "")
+  unknown = sorted({str(commit)[:7] for commit in runs.git_commit.dropna()
+                    if str(commit).removesuffix("-dirty") not in history})
+  unknown_note = (f" This repository does not hold {', '.join(unknown)} (a shallow clone?): "
+                  "their lines come last, in no known order." if unknown else "")
   return ["", "## Commands", "",
           "Each line remakes its runs' settings, with the settings each run recorded where they "
           f"differ from today's defaults{note}. Its runs were made at the code it names, where "
           "the line (without the flags that code did not have yet) remakes them bit for bit; "
           "a later commit may draw other random numbers. Runs of one dataset and seed share its "
-          "VI (or VOGN) checkpoint across lines: the first line run trains it, at its own code, "
-          "so run them in the order given, that of their code's commits. "
-          f"Then `{table_command}` writes this file.", "",
+          "VI (or VOGN) checkpoint across run_table.sh lines: the first line run trains it, at "
+          "its own code, so run them in the order given, that in which their code was written."
+          f"{unknown_note} Then `{table_command}` writes this file.", "",
           *commands]
 
 
@@ -159,35 +164,44 @@ def _code(commit: Optional[str]) -> str:
                                    else "")
 
 
+def _history_place(record: Mapping, history: Mapping[str, int]) -> tuple[bool, int]:
+  """Where the code a run started at stands in `history`: (False, position), or (True, 0) for a
+  commit it does not hold, so that such runs sort last."""
+  commit = (record.get("git_commit_at_start") or record.get("git_commit") or "")
+  position = history.get(commit.removesuffix("-dirty"))
+  return (position is None, position or 0)
+
+
 def _span(values: Sequence[int]) -> str:
   """Seeds as run_table.sh takes them: "0 1 2"."""
   return " ".join(str(v) for v in sorted(set(values)))
 
 
 def reproduction_commands(runs: pd.DataFrame, config_class: type,
-                          made_at: Callable[[str], Optional[int]] = git_commit_time
-                          ) -> list[str]:
+                          history: Optional[Mapping[str, int]] = None) -> list[str]:
   """Markdown lines: the command that remakes each group of `runs` (rows with a results.json
   `path`), read from the settings each run recorded, so the table says exactly how every number
   was made. Runs of a run_table.sh layout sharing root, datasets, seeds and settings make one
   run_table.sh line if they were also made at the same code commit, which the line names (a
   later commit may draw other random numbers); any other run gets its own
-  `python -m <benchmark>.main` line. Lines come in the order of their code's commit time
-  (`made_at`; unknown commits last), so run in order, a dataset's and seed's shared checkpoint
-  is trained by the line of the code that trained it (a refinement added at later code
-  must not train its VOGN first)."""
+  `python -m <benchmark>.main` line after them. Each kind comes in the order its runs' code was
+  written (the commit a run started at, placed by `history`, by default
+  `git_history_positions`; commits it lacks last, by hash): run top to bottom, the table lines
+  train a dataset's and seed's shared checkpoint at the code that trained it (a refinement
+  added at later code must not train its VOGN first). Single runs share no checkpoint."""
+  history = git_history_positions() if history is None else history
   seeds_of: dict[tuple, set[int]] = {}
   singles = []
+  # Per line's code: (commit unknown, place in history) of the earliest-written run's start.
   times: dict[str, tuple[bool, int]] = {}
   for path in sorted(set(runs.path)):
     with open(path) as stream:
       record = json.load(stream)
     extra, unknown_then = _flags_beyond_defaults(record, config_class)
-    commit = record.get("git_commit")
-    code = _code(commit) + (f", which had no {unknown_then}" if unknown_then else "")
-    if code not in times:
-      made = made_at(commit) if commit else None
-      times[code] = (made is None, made or 0)
+    code = _code(record.get("git_commit")) + (
+        f", which had no {unknown_then}" if unknown_then else "")
+    started = _history_place(record, history)
+    times[code] = min(times.get(code, started), started)
     match = _TABLE_LAYOUT.match(path.replace(os.sep, "/"))
     if match is None or (match["benchmark"], match["dataset"], match["method"],
                          int(match["seed"])) != (record["benchmark"], record["dataset"],
@@ -213,7 +227,7 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type,
                   f"--output_root={root} --datasets=\"{datasets}\" --seeds=\"{seeds}\" "
                   f"--methods=\"{' '.join(sorted(methods))}\""
                   + (f" -- {extra}" if extra else "") + f"` ({code})"))
-  # Stable sorts: table lines before single runs, each in its own order, within one code time.
+  # Stable sorts: lines of one place keep the order above.
   return [line for _, line in sorted(lines, key=lambda pair: pair[0])
           + sorted(singles, key=lambda pair: pair[0])]
 

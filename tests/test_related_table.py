@@ -1,5 +1,7 @@
 """common.related_table: the comparison of related methods with the VI family."""
 import json
+import os
+import subprocess
 
 import pandas as pd
 import pytest
@@ -143,28 +145,54 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
       f"--output_dir={root}/uci/wine/wide/vi/seed_0` (code `abc`)"]
 
 
-def test_commands_come_in_the_order_their_code_was_committed(tmp_path):
-  """VOGN made at an older commit whose hash sorts last, its refinement at a newer one: run in
-  the order given, the VOGN line must come first, or the refinement's line trains the shared
-  VOGN checkpoint at code that draws other numbers. Catches lines ordered by hash (as they were),
-  and an unknown commit (not in this repository) sorted before known ones."""
+def test_commands_come_in_the_order_their_code_was_written(tmp_path):
+  """VOGN started at an older commit whose hash sorts last (finished after a newer one landed),
+  its refinement at a newer one: run in the order given, the VOGN line must come first, or the
+  refinement's line trains the shared VOGN checkpoint at code that draws other numbers. Catches
+  lines ordered by hash (as they were), by the commit a run ended at rather than started at,
+  and a commit the history lacks (a shallow clone) sorted before known ones."""
   from uci import table
   from uci.config import UciConfig
   root = tmp_path
-  made = {"f" * 40: 100, "a" * 40: 200}
+  history = {"f" * 40: 0, "a" * 40: 1, "b" * 40: 2}
   _write_uci_record(root / "uci" / "wine" / "vogn" / "seed_0", "vogn", "wine", 0,
-                    commit="f" * 40)
+                    commit="b" * 40)
+  record = root / "uci" / "wine" / "vogn" / "seed_0" / "results.json"
+  record.write_text(json.dumps({**json.loads(record.read_text()),
+                                "git_commit_at_start": "f" * 40 + "-dirty"}))
   _write_uci_record(root / "uci" / "wine" / "refined_vogn" / "seed_0", "refined_vogn", "wine",
                     0, commit="a" * 40)
   _write_uci_record(root / "uci" / "wine" / "vi" / "seed_0", "vi", "wine", 0, commit="0" * 40)
-  commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig,
-                                                 made_at=made.get)
-  assert [command.split('--methods="')[1].split('"')[0] for command in commands] == [
+  runs = table.load_runs(str(root))
+
+  def methods(commands):
+    return [command.split('--methods="')[1].split('"')[0] for command in commands]
+  assert methods(related_table.reproduction_commands(runs, UciConfig, history)) == [
       "vogn", "refined_vogn", "vi"]
-  unknown = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig,
-                                                made_at=lambda commit: None)
-  assert [command.split('--methods="')[1].split('"')[0] for command in unknown] == [
+  assert methods(related_table.reproduction_commands(runs, UciConfig, {})) == [
       "vi", "refined_vogn", "vogn"]
+
+
+def test_git_history_orders_parents_before_children_when_commit_times_tie(tmp_path):
+  """Three commits in one second (as a rebase leaves them): their hashes and times say nothing
+  of their order, parentage does. Catches ordering by commit time."""
+  from common.results import git_commit, git_history_positions
+  environment = {**os.environ, "GIT_COMMITTER_DATE": "2026-11-25T14:50:43+00:00",
+                 "GIT_AUTHOR_DATE": "2026-11-25T14:50:43+00:00"}
+
+  def git(*args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                   check=True, capture_output=True, env=environment)
+  git("init", "-q")
+  commits = []
+  for number in range(3):
+    (tmp_path / "code.py").write_text(f"x = {number}\n")
+    git("add", ".")
+    git("commit", "-q", "-m", f"commit {number}")
+    commits.append(git_commit(str(tmp_path)))
+  history = git_history_positions(str(tmp_path))
+  assert [history[commit] for commit in commits] == [0, 1, 2]
+  assert git_history_positions(str(tmp_path / "not_a_repository")) == {}
 
 
 def test_each_command_remakes_its_runs_settings(tmp_path):
