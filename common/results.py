@@ -36,13 +36,17 @@ def library_versions() -> dict[str, str]:
   return versions
 
 
+# The repository holding this code: where a run's commit and history are read.
+CODE_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def git_commit(repository: Optional[str] = None) -> Optional[str]:
   """HEAD of the repository holding this code, '-dirty' if tracked files outside results/ changed.
 
   Committed runs live under results/, so a rerun overwrites tracked files there before its
   results.json is written; those are outputs, not code.
   """
-  repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repository = repository or CODE_REPOSITORY
   try:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True,
                             text=True, check=True).stdout.strip()
@@ -59,7 +63,7 @@ def git_history_positions(repository: Optional[str] = None) -> dict[str, int]:
   history with parents before children (`git rev-list --topo-order --reverse --all`): the order
   code was written in, where commit times tie (a rebase, or several commits in one second) or
   skew. Empty where git or the repository is missing; a shallow clone holds only its commits."""
-  repository = repository or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repository = repository or CODE_REPOSITORY
   try:
     listing = subprocess.run(["git", "rev-list", "--topo-order", "--reverse", "--all"],
                              cwd=repository, capture_output=True, text=True, check=True).stdout
