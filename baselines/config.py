@@ -12,7 +12,7 @@ from auxiliary_sampling.schedule import LEARNING_RATE_RULES, AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
 from baselines.vogn_settings import CURVATURES, PRIORS, VognSettings
 from baselines.learning_rate import LearningRateSchedule
-from common.config import NOTHING, RESULTS, UsageError, setting
+from common.config import NOTHING, RESULTS, UsageError, setting, with_default
 from common.distribution import DeviceConfig
 
 VI_FAMILY = ("vi", "refined_vi", "vi_equal_compute")
@@ -54,6 +54,14 @@ class MethodConfig(DeviceConfig):
 
   method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS,
                         shapes=RESULTS)
+  # Compiling refinement's or the ensemble's loop acts on those methods' runs only, so the
+  # commands of a table leave these flags out of the other methods' lines.
+  jit_compile_refinement: bool = with_default(
+      DeviceConfig, "jit_compile_refinement", DeviceConfig.jit_compile_refinement,
+      only_when=("method", REFINED))
+  jit_compile_ensemble: bool = with_default(
+      DeviceConfig, "jit_compile_ensemble", DeviceConfig.jit_compile_ensemble,
+      only_when=("method", "deep_ensemble"))
   seed: int = setting(0, "Seed of the split, the initialisation and every random stream.",
                       minimum=0)
   batch_size: int = setting(256, "Global minibatch of every Adam step, split evenly over replicas.",

@@ -49,7 +49,8 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   run is not taken for one made with the new default); `only_with`: the boolean setting
   without which this one does nothing (turning it on explicitly without that one is a usage
   error, `cli.config_from_flags`); `only_when=(name, value)`: the setting does nothing unless
-  setting `name` has `value` (so a table's commands leave it out otherwise); `round_off=True`:
+  setting `name` has `value`, or one of them if `value` is a tuple (so a table's commands leave
+  it out otherwise, and a record of it there is no mismatch); `round_off=True`:
   a setting that shapes nothing (no rerun is refused over it) but changes a run's numbers by
   floating-point round-off, as compiling a loop with XLA does, so a command that remakes a run
   bit for bit must carry its recorded value (`Config.remake_settings`).
@@ -57,10 +58,17 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
               "minimum": minimum, "maximum": maximum, "above": above, "below": below,
               "shapes": shapes, "directory": directory, "absent_means": absent_means,
-              "only_with": only_with, "only_when": only_when, "round_off": round_off}
+              "only_with": only_with, "only_when": _value_set(only_when), "round_off": round_off}
   if isinstance(default, (list, dict, set)):
     raise TypeError(f"mutable default {default!r}: use a tuple")
   return dataclasses.field(default=default, metadata=metadata)
+
+
+def _value_set(only_when: Optional[tuple[str, Any]]) -> Optional[tuple[str, tuple]]:
+  """`only_when` with its value(s) as a tuple of the values at which the setting acts."""
+  if only_when is None or isinstance(only_when[1], tuple):
+    return only_when
+  return (only_when[0], (only_when[1],))
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,23 +189,23 @@ class Config:
   def shaping_settings(self) -> list[str]:
     """Names of the settings that shape a run's results at this config's values: not those
     that shape nothing, nor those that do nothing at these values (`only_when`)."""
-    names = []
-    for field in dataclasses.fields(self):
-      only_when = field.metadata.get("only_when")
-      if field.metadata.get("shapes", ALL) == NOTHING or (
-          only_when and getattr(self, only_when[0]) != only_when[1]):
-        continue
-      names.append(field.name)
-    return names
+    return [field.name for field in dataclasses.fields(self)
+            if field.metadata.get("shapes", ALL) != NOTHING and self._acts(field)]
+
+  def _acts(self, field: dataclasses.Field) -> bool:
+    """Whether the setting acts at this config's values (`only_when`)."""
+    only_when = field.metadata.get("only_when")
+    return only_when is None or getattr(self, only_when[0]) in only_when[1]
 
   def remake_settings(self) -> list[str]:
     """Names of the settings a command must give to remake a run made at this config's values
     bit for bit: those that shape its results (`shaping_settings`), then those that change its
-    numbers only by round-off (`round_off`) and act at these values (`only_with`)."""
+    numbers only by round-off (`round_off`) and act at these values (`only_with`, `only_when`)."""
     names = self.shaping_settings()
     for field in dataclasses.fields(self):
       needed = field.metadata.get("only_with")
-      if field.metadata.get("round_off") and (needed is None or getattr(self, needed)):
+      if (field.metadata.get("round_off") and (needed is None or getattr(self, needed))
+          and self._acts(field)):
         names.append(field.name)
     return names
 
@@ -279,10 +287,14 @@ def recorded_config(config_class: type, flags: Mapping[str, Any], **naming: Any)
                          for name, value in values.items()})
 
 
-def with_default(config_class: type, name: str, default: Any) -> Any:
-  """A subclass's field that keeps `config_class`'s declaration of `name` with another default."""
-  return dataclasses.field(default=default,
-                           metadata=config_class.__dataclass_fields__[name].metadata)
+def with_default(config_class: type, name: str, default: Any, *,
+                 only_when: Optional[tuple[str, Any]] = None) -> Any:
+  """A subclass's field that keeps `config_class`'s declaration of `name` with another default
+  (and, given `only_when`, acts only at those values of a setting the subclass has)."""
+  metadata = config_class.__dataclass_fields__[name].metadata
+  if only_when is not None:
+    metadata = {**metadata, "only_when": _value_set(only_when)}
+  return dataclasses.field(default=default, metadata=metadata)
 
 
 def data_dir_setting(layout: str, default: str) -> Any:

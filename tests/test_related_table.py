@@ -240,3 +240,20 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
     recorded = recorded_config(UciConfig, record["flags"], method=method, dataset="wine")
     assert {name: getattr(config, name) for name in recorded.remake_settings()} == {
         name: getattr(recorded, name) for name in recorded.remake_settings()}, command
+
+
+def test_a_round_off_setting_is_shown_only_on_the_lines_of_methods_it_acts_on(tmp_path):
+  """Runs recorded before --jit_compile_refinement and --jit_compile_ensemble existed compiled
+  both (their `absent_means`, against UCI's defaults off). Catches a flag shown on lines of
+  methods it does nothing for (`only_when`): the ensemble's on the VI and particle lines, where a
+  reader would take it for part of how those runs were made."""
+  from uci import table
+  from uci.config import UciConfig
+  for method in ("vi", "refined_vi", "deep_ensemble", "svgd"):
+    _write_uci_record(tmp_path / "uci" / "wine" / method / "seed_0", method, "wine", 0,
+                      jit_compile_refinement=None, jit_compile_ensemble=None)
+  commands = related_table.reproduction_commands(table.load_runs(str(tmp_path)), UciConfig, {})
+  extra_of = {command.split('--methods="')[1].split('"')[0]:
+              command.split("`")[1].partition(" -- ")[2] for command in commands}
+  assert extra_of == {"deep_ensemble": "--jit_compile_ensemble",
+                      "refined_vi": "--jit_compile_refinement", "svgd vi": ""}

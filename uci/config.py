@@ -44,10 +44,10 @@ class UciConfig(MethodConfig):
   jit_compile: bool = with_default(DeviceConfig, "jit_compile", True)
   # Refinement's 1,000 steps run 1.6x faster compiled, but compiling costs more than that saves:
   # a whole Boston run takes 14.4 s with them uncompiled against 15.3 s (same numbers).
-  jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement", False)
+  jit_compile_refinement: bool = with_default(MethodConfig, "jit_compile_refinement", False)
   # The ensemble's 10 members of 5,000 steps run 1.2x faster uncompiled on one thread
   # (benchmarks.step_floor: 1.00 against 1.20 ms per step; the floor, a hand-written loop, 0.85).
-  jit_compile_ensemble: bool = with_default(DeviceConfig, "jit_compile_ensemble", False)
+  jit_compile_ensemble: bool = with_default(MethodConfig, "jit_compile_ensemble", False)
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
   intra_op_threads: int = setting(
       -1, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS "
