@@ -107,10 +107,10 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
   commands = reproduction_commands(runs, config_class, history)
   note = (" (`--noise_chunk_steps=0`: the per-step draws of runs made before the compiled loop)"
           if any("--noise_chunk_steps=0" in command for command in commands) else "")
-  unknown = sorted({str(commit)[:7] for commit in runs.git_commit.dropna()
-                    if str(commit).removesuffix("-dirty") not in history})
-  unknown_note = (f" This repository does not hold {', '.join(unknown)} (a shallow clone?): "
-                  "their lines come last, in no known order." if unknown else "")
+  unknown = sorted({commit[:7] for commit in map(_start_commit, runs.to_dict("records"))
+                    if commit and commit not in history})
+  unknown_note = (f" This repository does not hold {', '.join(unknown)}, where runs started (a "
+                  "shallow clone?): their lines come last, in no known order." if unknown else "")
   return ["", "## Commands", "",
           "Each line remakes its runs' settings, with the settings each run recorded where they "
           f"differ from today's defaults{note}. Its runs were made at the code it names, where "
@@ -164,11 +164,20 @@ def _code(commit: Optional[str]) -> str:
                                    else "")
 
 
+def _start_commit(record: Mapping) -> str:
+  """The commit a run started at (the one it ended at if it recorded none), without "-dirty";
+  "" if it recorded neither."""
+  for key in ("git_commit_at_start", "git_commit"):
+    value = record.get(key)
+    if isinstance(value, str) and value:
+      return value.removesuffix("-dirty")
+  return ""
+
+
 def _history_place(record: Mapping, history: Mapping[str, int]) -> tuple[bool, int]:
   """Where the code a run started at stands in `history`: (False, position), or (True, 0) for a
   commit it does not hold, so that such runs sort last."""
-  commit = (record.get("git_commit_at_start") or record.get("git_commit") or "")
-  position = history.get(commit.removesuffix("-dirty"))
+  position = history.get(_start_commit(record))
   return (position is None, position or 0)
 
 

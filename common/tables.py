@@ -47,7 +47,8 @@ def load_runs(results_dir: str, benchmark: str,
   rows = []
   for path, run in results_loader.load_runs(results_dir, benchmark):
     row = {"dataset": run["dataset"], "method": run["method"], "seed": run["seed"],
-           "git_commit": run["git_commit"], "path": path}
+           "git_commit": run["git_commit"],
+           "git_commit_at_start": run.get("git_commit_at_start"), "path": path}
     row.update(run["metrics"])
     row.update(run["timings"])
     if adjust is not None:

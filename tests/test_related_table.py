@@ -257,3 +257,26 @@ def test_a_round_off_setting_is_shown_only_on_the_lines_of_methods_it_acts_on(tm
               command.split("`")[1].partition(" -- ")[2] for command in commands}
   assert extra_of == {"deep_ensemble": "--jit_compile_ensemble",
                       "refined_vi": "--jit_compile_refinement", "svgd vi": ""}
+
+
+def test_the_commands_name_the_commits_a_shallow_clone_lacks_by_where_runs_started(
+    tmp_path, monkeypatch):
+  """The unknown-commit sentence must name the commits that put lines last: a run that started
+  at a commit the history lacks and ended at one it holds comes last and is named; one that
+  started at a held commit is not. Catches the sentence reading the end commit while the order
+  reads the start (they differ for runs that outlive a commit)."""
+  from uci import table
+  from uci.config import UciConfig
+  history = {"a" * 40: 0, "b" * 40: 1}
+  monkeypatch.setattr(related_table, "git_history_positions", lambda: history)
+  for method, start, end in (("vi", "c" * 40, "a" * 40), ("vogn", "b" * 40, "d" * 40)):
+    _write_uci_record(tmp_path / "uci" / "wine" / method / "seed_0", method, "wine", 0,
+                      commit=end)
+    record = tmp_path / "uci" / "wine" / method / "seed_0" / "results.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()),
+                                  "git_commit_at_start": start}))
+  section = "\n".join(related_table.commands_section(
+      table.load_runs(str(tmp_path)), UciConfig, "python -m uci.related_table"))
+  assert "does not hold ccccccc, where runs started" in section
+  assert "ddddddd" not in section.split("## Commands")[1].split("\n- ")[0]
+  assert section.index('--methods="vogn"') < section.index('--methods="vi"')
