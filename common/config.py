@@ -266,8 +266,9 @@ def describe_differences(config: Config, recorded: Mapping[str, Any], names: Seq
                            absent_values(config), names)
 
 
-def absent_values(config: Config) -> dict[str, Any]:
-  """Per setting, the value of a run whose record lacks it: `absent_means`, else the default."""
+def absent_values(config: Config | type) -> dict[str, Any]:
+  """Per setting of a config (or its class), the value of a run whose record lacks it:
+  `absent_means`, else the declared default."""
   values = {}
   for field in dataclasses.fields(config):
     absent = field.metadata.get("absent_means", _DEFAULT)
@@ -280,7 +281,7 @@ def recorded_config(config_class: type, flags: Mapping[str, Any], **naming: Any)
   `naming` (method, dataset) for those, else its absent value (`absent_values`: what runs did
   before it existed), so a record is read the same way wherever one is compared, listed or
   remade."""
-  absent = {**absent_values(config_class(**naming)), **naming}
+  absent = {**absent_values(config_class), **naming}
   values = {field.name: flags.get(field.name, absent[field.name])
             for field in dataclasses.fields(config_class)}
   return config_class(**{name: tuple(value) if isinstance(value, list) else value
