@@ -64,6 +64,62 @@ def test_gauss_newton_fixed_point_is_the_exact_mean_field_optimum():
   assert np.all(np.abs(np.mean(locs, axis=0) - exact_mean) < 0.15 * exact_scale)
 
 
+def test_tempered_fixed_point_is_the_optimum_of_the_tempered_elbo():
+  """With tau in front of the KL (the blog's tempering, E_q[log p(D|w)] - tau KL(q || p)), the
+  optimum on Bayesian linear regression has precision diag(X'X) / (tau s^2) + delta and mean
+  (X'X / s^2 + tau delta I)^-1 X'y / s^2; tau = 0.1, the blog's warm start. Catches tau left out
+  of sigma^2 (scales sqrt(10) too wide), tau dividing the prior instead of weighting it, or tau
+  missing from the mean's prior term (the mean shifts by ~tau delta / diag(X'X) of itself)."""
+  tempering = 0.1
+  seed_everything(0)
+  inputs, labels = _linear_regression_data()
+  model = _linear_model()
+  trainer = VognTrainer(
+      model, inputs, labels, _known_noise_log_likelihood,
+      settings=VognSettings(curvature="gauss_newton", momentum=0.5, tempering=tempering),
+      learning_rate=0.05, batch_size=512, steps_per_checkpoint=4000)
+  trainer.train(4000)
+  trainer.learning_rate = type(trainer.learning_rate)(0.002)
+  locs = []
+  for _ in range(20):
+    trainer.train(int(trainer.step.numpy()) + 100)
+    locs.append(model.layers[0].kernel.posterior_loc.numpy()[:, 0])
+  gram = inputs.T @ inputs / NOISE_SCALE**2
+  exact_mean = np.linalg.solve(gram + tempering * PRIOR_PRECISION * np.eye(3),
+                               inputs.T @ labels[:, 0] / NOISE_SCALE**2)
+  exact_scale = 1.0 / np.sqrt(np.diag(gram) / tempering + PRIOR_PRECISION)
+  np.testing.assert_allclose(model.layers[0].kernel.posterior_scale.numpy()[:, 0], exact_scale,
+                             rtol=0.01)
+  assert np.all(np.abs(np.mean(locs, axis=0) - exact_mean) < 0.15 * exact_scale)
+
+
+def test_damping_divides_the_means_step_and_nothing_else():
+  """External damping gamma is added to s in the denominator of the mean's step only (the blog's
+  item 6): from the same start and draws, one step with gamma moves each mean by
+  (s + delta~) / (s + delta~ + gamma) of the undamped step, and leaves s and the scales as they
+  are. Catches gamma ignored, added to sigma^2's denominator too, or put in the numerator."""
+  damping = 3.0
+  steps, curvatures, scales = [], [], []
+  for gamma in (0.0, damping):
+    seed_everything(0)
+    inputs, labels = _linear_regression_data()
+    model = _linear_model()
+    trainer = VognTrainer(
+        model, inputs, labels, _known_noise_log_likelihood,
+        settings=VognSettings(curvature="gauss_newton", momentum=0.5, damping=gamma),
+        learning_rate=0.05, batch_size=512)
+    start = model.layers[0].kernel.posterior_loc.numpy()[:, 0].copy()
+    trainer.train(1)
+    steps.append(model.layers[0].kernel.posterior_loc.numpy()[:, 0] - start)
+    curvatures.append(trainer.maximizer.optimizer.curvatures[0].numpy()[:, 0])
+    scales.append(model.layers[0].kernel.posterior_scale.numpy()[:, 0])
+  np.testing.assert_allclose(curvatures[1], curvatures[0], rtol=1e-6)
+  np.testing.assert_allclose(scales[1], scales[0], rtol=1e-6)
+  undamped = curvatures[0] + PRIOR_PRECISION / len(inputs)
+  assert np.all(np.abs(steps[0]) > 1e-3)
+  np.testing.assert_allclose(steps[1] / steps[0], undamped / (undamped + damping), rtol=1e-4)
+
+
 def _empirical_fisher_fixed_point(inputs, labels):
   """Where Algorithm 1's VOGN (squared per-example gradients) settles on linear regression with
   known noise s: its mean step sees the expected gradient, linear in w, so the mean is the exact
