@@ -87,8 +87,8 @@ def fpovi_table8_text(runs_dir: str) -> str:
   runs = table.load_runs(runs_dir)
   paper = pd.read_csv(FPOVI_TABLE8).set_index(["dataset", "method"])
   lines = ["# The f-POVI paper's Table 8 setting: SVGD and f-SVGD, ours beside the published", "",
-           "Two hidden layers of 10 ReLU units, Gal & Ghahramani's 90/10 splits (split = seed), "
-           "20 particles, Adam 4e-3, batch 100 x 500 epochs (1000 x 3000 past 900 training "
+           "Two hidden layers of 10 ReLU units, the standard 90/10 protocol's splits (split = "
+           "seed), 20 particles, Adam 4e-3, batch 100 x 500 epochs (1000 x 3000 past 900 training "
            "examples). Mean ± standard error over the splits run (the paper: its parentheses); "
            "the last column divides the NLL difference by both standard errors combined. Our "
            "90/10 permutations are our own, seeded by the split number (the published index "
