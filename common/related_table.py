@@ -67,11 +67,10 @@ def metric_table(runs: pd.DataFrame, methods: Sequence[str], metric: str,
   return lines
 
 
-def paired_differences(runs: pd.DataFrame, metric: str, higher_is_better: bool = True
-                       ) -> list[str]:
-  """Per pair and dataset: mean ± standard error of (method - baseline) over shared seeds."""
-  lines = ["| method − baseline | dataset | seeds | mean difference ± s.e. | better in |",
-           "|---|---|---|---|---|"]
+def _paired_rows(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> list[dict]:
+  """Per pair of PAIRS and dataset: the paired (first − second) differences over shared seeds,
+  their mean, standard error (nan for one seed) and the count where the first is better."""
+  rows = []
   indexed = runs.set_index(["dataset", "method", "seed"])[metric].sort_index()
   for better, baseline in PAIRS:
     for dataset in sorted(set(runs.dataset)):
@@ -86,10 +85,53 @@ def paired_differences(runs: pd.DataFrame, metric: str, higher_is_better: bool =
       if not higher_is_better:
         differences = -differences
       error = differences.std(ddof=1) / math.sqrt(len(seeds)) if len(seeds) > 1 else math.nan
-      lines.append(f"| {METHOD_TITLES.get(better, better)} − "
-                   f"{METHOD_TITLES.get(baseline, baseline)} | {dataset} | {len(seeds)} | "
-                   f"{tables.cell(differences.mean(), error, 3)} | "
-                   f"{int(np.sum(differences > 0))}/{len(seeds)} |")
+      rows.append(dict(pair=(better, baseline), dataset=dataset, seeds=len(seeds),
+                       mean=differences.mean(), error=error,
+                       wins=int(np.sum(differences > 0))))
+  return rows
+
+
+def _pair_title(pair: tuple[str, str]) -> str:
+  return " − ".join(METHOD_TITLES.get(method, method) for method in pair)
+
+
+def paired_differences(runs: pd.DataFrame, metric: str, higher_is_better: bool = True
+                       ) -> list[str]:
+  """Per pair and dataset: mean ± standard error of (method - baseline) over shared seeds."""
+  lines = ["| method − baseline | dataset | seeds | mean difference ± s.e. | better in |",
+           "|---|---|---|---|---|"]
+  for row in _paired_rows(runs, metric, higher_is_better):
+    lines.append(f"| {_pair_title(row['pair'])} | {row['dataset']} | {row['seeds']} | "
+                 f"{tables.cell(row['mean'], row['error'], 3)} | "
+                 f"{row['wins']}/{row['seeds']} |")
+  return lines
+
+
+# Fewest shared seeds for a paired difference to be called beyond its noise (`standings`).
+MIN_STANDING_SEEDS = 3
+
+
+def standings(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> list[str]:
+  """Markdown bullets, one per pair of PAIRS: the datasets where the first method's paired mean
+  difference to the second is beyond two standard errors either way, those within them (level),
+  each over at least MIN_STANDING_SEEDS shared seeds, and those with fewer."""
+  by_pair: dict[tuple[str, str], list[dict]] = {}
+  for row in _paired_rows(runs, metric, higher_is_better):
+    by_pair.setdefault(row["pair"], []).append(row)
+  lines = []
+  for pair, rows in by_pair.items():
+    counted = [row for row in rows if row["seeds"] >= MIN_STANDING_SEEDS]
+    better = [row for row in counted if row["mean"] > 2 * row["error"]]
+    worse = [row for row in counted if row["mean"] < -2 * row["error"]]
+    level = [row["dataset"] for row in counted if row not in better and row not in worse]
+    parts = [f"{label} on " + ", ".join(f"{row['dataset']} ({row['mean']:+.3f})" for row in found)
+             for label, found in (("better", better), ("worse", worse)) if found]
+    if level:
+      parts.append("level on " + ", ".join(level))
+    few = [f"{row['dataset']} ({row['seeds']})" for row in rows if row not in counted]
+    if few:
+      parts.append(f"fewer than {MIN_STANDING_SEEDS} seeds on " + ", ".join(few))
+    lines.append(f"- **{_pair_title(pair)}**: " + "; ".join(parts) + ".")
   return lines
 
 
@@ -248,6 +290,11 @@ def comparison_text(runs: pd.DataFrame, methods: Sequence[str],
   paired differences, and the commands (`commands_section`)."""
   runs = runs.assign(compute_seconds=compute_seconds(runs))
   lines = list(title)
+  lines += ["", f"## At a glance: paired {paired_metric} differences beyond two standard errors",
+            "", "Each first method against the second, per dataset over the seeds both ran "
+            "(positive: the first is better; the table of paired differences below has them "
+            "all).", ""]
+  lines += standings(runs, paired_metric)
   for metric, heading, number_format in list(metrics) + [
       ("compute_seconds", "Training seconds", ",.0f")]:
     if metric in runs:

@@ -93,9 +93,9 @@ RELATED_TABLES = (("uci_table.md", None), ("fpovi_table8.md", None), ("image_tab
                    "over seeds 0-4; the particle agents ran 1,000 steps)"))
 
 
-def _related_section(results_dir: str) -> str:
+def _related_section(results_dir: str, output_dir: str) -> str:
   """The related methods' tables (VOGN, SVGD, MISSO, ...), their headings demoted under one
-  section."""
+  section, then a link to results/related/README.md, which says what they mean."""
   lines = ["## Beyond the paper: related methods on the same benchmarks", ""]
   found = False
   for name, heading in RELATED_TABLES:
@@ -111,6 +111,11 @@ def _related_section(results_dir: str) -> str:
               for line in text.splitlines()] + [""]
   if not found:
     lines += ["Not run yet.", ""]
+  else:
+    readme = os.path.join(results_dir, "related", "README.md")
+    lines += ["What the related methods' numbers say, why they differ from the published ones "
+              f"and what is left: [related/README.md]({os.path.relpath(readme, output_dir)}).",
+              ""]
   return "\n".join(lines)
 
 
@@ -149,7 +154,7 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
   differences = [line for table in tables for line in table.differences]
   sections.append("## Where we differ and why\n\n" + (
       "\n".join(differences) if differences else "No table has runs yet.") + "\n")
-  sections.append(_related_section(results_dir))
+  sections.append(_related_section(results_dir, output_dir))
   sections.append(_data_section(sorted(n for n in files if n.endswith(".csv")), latex_names,
                                 results_dir, output_dir))
   files["REPORT.md"] = "\n".join(sections)

@@ -31,6 +31,27 @@ def test_paired_differences_are_per_seed_and_signed():
   assert not any(line.startswith("| Refined VOGN") for line in lines)   # no such runs
 
 
+def test_standings_call_a_difference_only_beyond_two_standard_errors_of_paired_seeds():
+  """SVGD against refined VI on four datasets: +1 on every seed of "up", -1 on every seed of
+  "down" (beyond 2 s.e.), +/-0.3 about a +0.1 mean on "flat" (within them), and "few" with two
+  seeds. Catches unpaired or reversed differences, a noisy mean called a win, and a two-seed
+  difference (whose s.e. says little) counted at all."""
+  rows = []
+  for seed in range(4):
+    refined = {"up": 0.0, "down": 0.0, "flat": 0.0, "few": 0.0}
+    svgd = {"up": 1.0 + 0.01 * seed, "down": -1.0 - 0.01 * seed,
+            "flat": 0.1 + (0.3 if seed % 2 else -0.3), "few": 5.0}
+    for dataset in refined:
+      if dataset == "few" and seed > 1:
+        continue
+      rows += [dict(dataset=dataset, method="refined_vi", seed=seed, test_mll=refined[dataset]
+                    + seed),
+               dict(dataset=dataset, method="svgd", seed=seed, test_mll=svgd[dataset] + seed)]
+  lines = related_table.standings(pd.DataFrame(rows), "test_mll")
+  assert lines == ["- **SVGD − Refined VI**: better on up (+1.015); worse on down (-1.015); "
+                   "level on flat; fewer than 3 seeds on few (2)."]
+
+
 def test_compute_counts_refinement_on_top_of_training():
   runs = _runs()
   assert list(related_table.compute_seconds(runs)) == pytest.approx([10, 15, 4, 10, 15, 4])

@@ -204,16 +204,17 @@ def test_a_results_dir_without_results_is_one_line_naming_it_and_nothing_written
 def test_related_tables_enter_the_report_under_one_section(tmp_path):
   """results/related/uci_table.md is embedded with its headings demoted below the section's;
   without it the section says so instead of vanishing."""
-  assert "Not run yet." in report._related_section(str(tmp_path))
+  assert "Not run yet." in report._related_section(str(tmp_path), str(tmp_path / "report"))
   (tmp_path / "related").mkdir()
   (tmp_path / "related" / "uci_table.md").write_text("# UCI: VOGN\n\n## Test MLL\n\n| a |\n")
-  section = report._related_section(str(tmp_path))
+  section = report._related_section(str(tmp_path), str(tmp_path / "report"))
   assert section.startswith("## Beyond the paper: related methods")
+  assert "[related/README.md](../related/README.md)" in section
   assert "\n### UCI: VOGN\n" in section and "\n#### Test MLL\n" in section and "| a |" in section
   # A figure's table without a heading of its own gets the one the report gives it.
   bandit = tmp_path / "related" / "bandits" / "mushroom_updates_50"
   bandit.mkdir(parents=True)
   (bandit / "figure5_cumulative_regret.md").write_text("| agent | 1,000 |\n")
-  section = report._related_section(str(tmp_path))
+  section = report._related_section(str(tmp_path), str(tmp_path / "report"))
   assert "\n### Mushroom bandit, 50 update steps: Thompson sampling with SVGD" in section
   assert section.index("### Mushroom bandit") < section.index("| agent | 1,000 |")
