@@ -48,9 +48,11 @@ def _number(value: float, number_format: str) -> str:
 
 def metric_table(runs: pd.DataFrame, methods: Sequence[str], metric: str,
                  number_format: str) -> list[str]:
-  """Markdown rows: one per dataset, 'mean ± std (seeds)' per method (`number_format`: a format
-  spec such as ",.3f", or ".3g" for metrics whose scale differs by dataset)."""
-  present = [m for m in methods if m in set(runs.method)]
+  """Markdown rows: one per dataset, 'mean ± std (seeds)' per method that records `metric`
+  (`number_format`: a format spec such as ",.3f", or ".3g" for metrics whose scale differs by
+  dataset)."""
+  recorded = set(runs.loc[runs[metric].notna(), "method"]) if metric in runs else set()
+  present = [m for m in methods if m in recorded]
   lines = ["| dataset | " + " | ".join(METHOD_TITLES.get(m, m) for m in present) + " |",
            "|---" * (len(present) + 1) + "|"]
   for dataset, group in runs.groupby("dataset"):

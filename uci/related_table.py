@@ -34,7 +34,8 @@ METRICS = (("test_mll", "Test MLL", ",.3f"), ("test_rmse", "Test RMSE", ".3g"),
            ("calibration_error", "Calibration error (the regression ECE; runs that record it)",
             ".3f"),
            ("elbo", "ELBO (VI or VOGN posterior)", ",.1f"),
-           ("elbo_aux", "ELBO_aux (refined)", ",.1f"))
+           ("elbo_aux", "ELBO_aux (refined)", ",.1f"),
+           ("particle_steps", "SVGD and f-SVGD training steps", ",.0f"))
 
 
 def write_table(results_dir: str, related_dir: str, output_dir: str,
@@ -56,7 +57,9 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            "Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, tau 1, gamma 0, "
            "one draw per step, a fixed N(0, 1) prior. SVGD and f-SVGD: 20 particles of the same "
            "network, Adam 4e-3 on -phi, batch 100 for 500 epochs (1000 for 3000 past 900 "
-           "training examples), the f-POVI paper's priors.", "",
+           "training examples) unless the commands at the end set --particle_epochs or "
+           "--particle_batch_size (each run's steps are tabled below), the f-POVI paper's "
+           "priors.", "",
            calibration_note(runs), "",
            related_table.provenance(runs)]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", UciConfig,
