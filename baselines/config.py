@@ -56,12 +56,10 @@ class MethodConfig(DeviceConfig):
                         shapes=RESULTS)
   # Compiling refinement's or the ensemble's loop acts on those methods' runs only, so the
   # commands of a table leave these flags out of the other methods' lines.
-  jit_compile_refinement: bool = with_default(
-      DeviceConfig, "jit_compile_refinement", DeviceConfig.jit_compile_refinement,
-      only_when=("method", REFINED))
-  jit_compile_ensemble: bool = with_default(
-      DeviceConfig, "jit_compile_ensemble", DeviceConfig.jit_compile_ensemble,
-      only_when=("method", "deep_ensemble"))
+  jit_compile_refinement: bool = with_default(DeviceConfig, "jit_compile_refinement",
+                                              only_when=("method", REFINED))
+  jit_compile_ensemble: bool = with_default(DeviceConfig, "jit_compile_ensemble",
+                                            only_when=("method", "deep_ensemble"))
   seed: int = setting(0, "Seed of the split, the initialisation and every random stream.",
                       minimum=0)
   batch_size: int = setting(256, "Global minibatch of every Adam step, split evenly over replicas.",

@@ -288,14 +288,17 @@ def recorded_config(config_class: type, flags: Mapping[str, Any], **naming: Any)
                          for name, value in values.items()})
 
 
-def with_default(config_class: type, name: str, default: Any, *,
+def with_default(config_class: type, name: str, default: Any = _DEFAULT, *,
                  only_when: Optional[tuple[str, Any]] = None) -> Any:
   """A subclass's field that keeps `config_class`'s declaration of `name` with another default
-  (and, given `only_when`, acts only at those values of a setting the subclass has)."""
-  metadata = config_class.__dataclass_fields__[name].metadata
+  (or, without one, its default), and, given `only_when`, acts only at those values of a
+  setting the subclass has."""
+  declared = config_class.__dataclass_fields__[name]
+  metadata = declared.metadata
   if only_when is not None:
     metadata = {**metadata, "only_when": _value_set(only_when)}
-  return dataclasses.field(default=default, metadata=metadata)
+  return dataclasses.field(default=declared.default if default is _DEFAULT else default,
+                           metadata=metadata)
 
 
 def data_dir_setting(layout: str, default: str) -> Any:

@@ -70,8 +70,9 @@ def metric_table(runs: pd.DataFrame, methods: Sequence[str], metric: str,
 
 
 def _paired_rows(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> list[dict]:
-  """Per pair of PAIRS and dataset: the paired (first − second) differences over shared seeds,
-  their mean, standard error (nan for one seed) and the count where the first is better."""
+  """Per pair of PAIRS and dataset, over the seeds both ran: the mean of the paired (first −
+  second) differences, its standard error (nan for one seed) and the count where the first is
+  better."""
   rows = []
   indexed = runs.set_index(["dataset", "method", "seed"])[metric].sort_index()
   for better, baseline in PAIRS:
@@ -116,13 +117,15 @@ MIN_STANDING_SEEDS = 3
 def standings(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> list[str]:
   """Markdown bullets, one per pair of PAIRS: the datasets where the first method's paired mean
   difference to the second is beyond two standard errors either way, those within them (level),
-  each over at least MIN_STANDING_SEEDS shared seeds, and those with fewer."""
+  each over at least MIN_STANDING_SEEDS shared seeds, those with fewer, and those whose mean is
+  not finite (a diverged or unrecorded seed: no tie)."""
   by_pair: dict[tuple[str, str], list[dict]] = {}
   for row in _paired_rows(runs, metric, higher_is_better):
     by_pair.setdefault(row["pair"], []).append(row)
   lines = []
   for pair, rows in by_pair.items():
-    counted = [row for row in rows if row["seeds"] >= MIN_STANDING_SEEDS]
+    finite = [row for row in rows if math.isfinite(row["mean"])]
+    counted = [row for row in finite if row["seeds"] >= MIN_STANDING_SEEDS]
     better = [row for row in counted if row["mean"] > 2 * row["error"]]
     worse = [row for row in counted if row["mean"] < -2 * row["error"]]
     level = [row["dataset"] for row in counted if row not in better and row not in worse]
@@ -130,9 +133,12 @@ def standings(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) ->
              for label, found in (("better", better), ("worse", worse)) if found]
     if level:
       parts.append("level on " + ", ".join(level))
-    few = [f"{row['dataset']} ({row['seeds']})" for row in rows if row not in counted]
+    few = [f"{row['dataset']} ({row['seeds']})" for row in finite if row not in counted]
     if few:
       parts.append(f"fewer than {MIN_STANDING_SEEDS} seeds on " + ", ".join(few))
+    not_finite = [row["dataset"] for row in rows if row not in finite]
+    if not_finite:
+      parts.append("not finite on " + ", ".join(not_finite))
     lines.append(f"- **{_pair_title(pair)}**: " + "; ".join(parts) + ".")
   return lines
 
@@ -154,7 +160,8 @@ def commands_section(runs: pd.DataFrame, config_class: type, table_command: str)
   unknown = sorted({commit[:7] for commit in map(_start_commit, runs.to_dict("records"))
                     if commit and commit not in history})
   unknown_note = (f" This repository does not hold {', '.join(unknown)}, where runs started (a "
-                  "shallow clone?): their lines come last, in no known order." if unknown else "")
+                  "shallow clone?): a line all of whose runs started there comes last, in no "
+                  "known order." if unknown else "")
   return ["", "## Commands", "",
           "Each line remakes its runs' settings, with the settings each run recorded where they "
           f"differ from today's defaults{note}. Its runs were made at the code it names, where "
@@ -288,18 +295,20 @@ def reproduction_commands(runs: pd.DataFrame, config_class: type,
 def comparison_text(runs: pd.DataFrame, methods: Sequence[str],
                     metrics: Sequence[tuple[str, str, str]], title: Sequence[str],
                     paired_metric: str, config_class: type, table_command: str) -> str:
-  """The whole comparison: title lines, a table per (metric, heading, number format), compute,
-  paired differences, and the commands (`commands_section`)."""
+  """The whole comparison: title lines, what the paired differences say (`standings`), a table
+  per (metric, heading, number format) that some run records, compute, the paired differences,
+  and the commands (`commands_section`)."""
   runs = runs.assign(compute_seconds=compute_seconds(runs))
   lines = list(title)
-  lines += ["", f"## At a glance: paired {paired_metric} differences beyond two standard errors",
-            "", "Each first method against the second, per dataset over the seeds both ran "
-            "(positive: the first is better; the table of paired differences below has them "
-            "all).", ""]
-  lines += standings(runs, paired_metric)
+  glance = standings(runs, paired_metric)
+  if glance:
+    lines += ["", f"## At a glance: paired {paired_metric} differences beyond two standard "
+              "errors", "", "Each first method against the second, per dataset over the seeds "
+              "both ran (positive: the first is better; the table of paired differences below "
+              "has them all).", "", *glance]
   for metric, heading, number_format in list(metrics) + [
       ("compute_seconds", "Training seconds", ",.0f")]:
-    if metric in runs:
+    if metric in runs and runs[metric].notna().any():
       lines += ["", f"## {heading} (mean ± std over seeds, seed count)", ""]
       lines += metric_table(runs, methods, metric, number_format)
   lines += ["", f"## Paired differences in {paired_metric} (positive: the first is better)", ""]

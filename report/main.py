@@ -95,7 +95,8 @@ RELATED_TABLES = (("uci_table.md", None), ("fpovi_table8.md", None), ("image_tab
 
 def _related_section(results_dir: str, output_dir: str) -> str:
   """The related methods' tables (VOGN, SVGD, MISSO, ...), their headings demoted under one
-  section, then a link to results/related/README.md, which says what they mean."""
+  section, then a link to the README beside them (`<results_dir>/related/README.md`), which says
+  what they mean."""
   lines = ["## Beyond the paper: related methods on the same benchmarks", ""]
   found = False
   for name, heading in RELATED_TABLES:
@@ -109,10 +110,10 @@ def _related_section(results_dir: str, output_dir: str) -> str:
       text = f"# {heading}\n\n{text}"
     lines += [("##" + line) if line.startswith("#") else line
               for line in text.splitlines()] + [""]
+  readme = os.path.join(results_dir, "related", "README.md")
   if not found:
     lines += ["Not run yet.", ""]
-  else:
-    readme = os.path.join(results_dir, "related", "README.md")
+  elif os.path.exists(readme):
     lines += ["What the related methods' numbers say, why they differ from the published ones "
               f"and what is left: [related/README.md]({os.path.relpath(readme, output_dir)}).",
               ""]

@@ -68,6 +68,24 @@ def test_with_default_keeps_the_declaration():
     Derived(count=0).validate()
 
 
+@dataclasses.dataclass
+class Narrowed(Example):
+  report: int = with_default(Example, "report", only_when=("name", ("b", "c")))
+  place: str = with_default(Example, "place", only_when=("name", "b"))
+
+
+def test_with_default_can_narrow_where_a_setting_acts_keeping_its_default():
+  """`only_when` given to with_default, with one value or several: the setting keeps its
+  declaration and default, and counts (in the identity, and so in reruns and commands) only at
+  those values. Catches a tuple of values compared as one value, or the default lost."""
+  assert Narrowed().report == 3 and Narrowed().place == "x"
+  assert "report" not in Narrowed(name="a").identity()
+  assert "report" in Narrowed(name="b").identity()
+  assert Narrowed(name="b").identity()["report"] == 3
+  field = {field.name: field for field in dataclasses.fields(Narrowed)}["report"]
+  assert field.metadata["help"] == "Report." and field.metadata["shapes"] == RESULTS
+
+
 def test_identity_selects_what_shapes_each_checkpoint_and_the_results():
   config = Example()
   assert set(config.identity()) == {"name", "count", "rate", "sizes", "report"}

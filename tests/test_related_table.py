@@ -1,5 +1,6 @@
 """common.related_table: the comparison of related methods with the VI family."""
 import json
+import math
 import os
 import subprocess
 
@@ -50,6 +51,12 @@ def test_standings_call_a_difference_only_beyond_two_standard_errors_of_paired_s
   lines = related_table.standings(pd.DataFrame(rows), "test_mll")
   assert lines == ["- **SVGD − Refined VI**: better on up (+1.015); worse on down (-1.015); "
                    "level on flat; fewer than 3 seeds on few (2)."]
+  # A diverged seed is no tie.
+  rows += [dict(dataset="lost", method=method, seed=seed,
+                test_mll=-math.inf if (method, seed) == ("svgd", 0) else 0.0)
+           for method in ("refined_vi", "svgd") for seed in range(3)]
+  assert related_table.standings(pd.DataFrame(rows), "test_mll")[0].endswith(
+      "; not finite on lost.")
 
 
 def test_compute_counts_refinement_on_top_of_training():

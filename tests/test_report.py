@@ -209,6 +209,9 @@ def test_related_tables_enter_the_report_under_one_section(tmp_path):
   (tmp_path / "related" / "uci_table.md").write_text("# UCI: VOGN\n\n## Test MLL\n\n| a |\n")
   section = report._related_section(str(tmp_path), str(tmp_path / "report"))
   assert section.startswith("## Beyond the paper: related methods")
+  assert "related/README.md" not in section   # no link to a README that is not there
+  (tmp_path / "related" / "README.md").write_text("# Related\n")
+  section = report._related_section(str(tmp_path), str(tmp_path / "report"))
   assert "[related/README.md](../related/README.md)" in section
   assert "\n### UCI: VOGN\n" in section and "\n#### Test MLL\n" in section and "| a |" in section
   # A figure's table without a heading of its own gets the one the report gives it.
