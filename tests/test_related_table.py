@@ -308,3 +308,23 @@ def test_the_commands_name_the_commits_a_shallow_clone_lacks_by_where_runs_start
   assert "does not hold ccccccc, where runs started" in section
   assert "ddddddd" not in section.split("## Commands")[1].split("\n- ")[0]
   assert section.index('--methods="vogn"') < section.index('--methods="vi"')
+
+
+def test_an_ablations_uci_table_names_its_heading_and_the_command_that_wrote_it(tmp_path):
+  """uci.related_table over an ablation's runs (other --related_dir, --heading): the file must
+  say so, or it reads as the main table and its last command rewrites the wrong file."""
+  from uci import related_table as uci_related_table
+  for method in ("vi", "refined_vi"):
+    _write_uci_record(tmp_path / "uci" / "uci" / "wine" / method / "seed_0", method, "wine", 0)
+  _write_uci_record(tmp_path / "ablation" / "uci" / "wine" / "svgd" / "seed_0", "svgd", "wine",
+                    0, particle_epochs=100)
+  for record in tmp_path.glob("**/results.json"):
+    run = json.loads(record.read_text())
+    run["metrics"]["num_test"] = 320
+    record.write_text(json.dumps(run))
+  text = uci_related_table.write_table(
+      str(tmp_path / "uci" / "uci"), str(tmp_path / "ablation" / "uci"), str(tmp_path / "out"),
+      heading="SVGD at equal compute", table_command="python -m uci.related_table --heading=X")
+  assert text.startswith("# SVGD at equal compute\n")
+  assert "Then `python -m uci.related_table --heading=X` writes this file." in text
+  assert "--particle_epochs=100" in text

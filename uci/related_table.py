@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from typing import Optional
 
 import pandas as pd
@@ -38,12 +39,18 @@ METRICS = (("test_mll", "Test MLL", ",.3f"), ("test_rmse", "Test RMSE", ".3g"),
            ("particle_steps", "SVGD and f-SVGD training steps", ",.0f"))
 
 
+HEADING = "UCI regression: VOGN and refined VOGN beside the VI family"
+
+
 def write_table(results_dir: str, related_dir: str, output_dir: str,
-                gauss_newton_dir: Optional[str] = None) -> str:
+                gauss_newton_dir: Optional[str] = None, heading: str = HEADING,
+                table_command: str = "python -m uci.related_table") -> str:
   """Writes output_dir/uci_table.md from the folders' runs and returns its text.
 
   Runs under `gauss_newton_dir` (VOGN with --vogn_curvature=gauss_newton) are listed as the
-  methods vogn_gauss_newton and refined_vogn_gauss_newton.
+  methods vogn_gauss_newton and refined_vogn_gauss_newton; `heading` titles the table (an
+  ablation's runs of the related methods get their own); `table_command` is the command the
+  file says wrote it.
   """
   frames = [table.load_runs(results_dir), table.load_runs(related_dir)]
   if gauss_newton_dir and os.path.isdir(gauss_newton_dir):
@@ -51,7 +58,7 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
     frames.append(variant.assign(method=variant.method + "_gauss_newton"))
   runs = pd.concat(frames, ignore_index=True)
   runs = runs[runs.method.isin(METHODS)]
-  title = ["# UCI regression: VOGN and refined VOGN beside the VI family", "",
+  title = [f"# {heading}", "",
            "Paper Table 1's protocol: random 80/20 splits from seeds 0-4, 50 ReLU units, 30,000 "
            "steps of batch 256, M = 10 refined samples (K = 5, ratio 0.7, 200 steps each). VOGN: "
            "Osawa et al.'s Algorithm 1 with alpha 1e-2, beta_1 0.9, beta_2 0.999, tau 1, gamma 0, "
@@ -63,7 +70,7 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            calibration_note(runs), "",
            related_table.provenance(runs)]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", UciConfig,
-                                       "python -m uci.related_table")
+                                       table_command)
   tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
   return text
 
@@ -84,7 +91,8 @@ def calibration_note(runs: pd.DataFrame) -> str:
           f"A perfectly calibrated predictive scores about this from sampling alone: {floors}.")
 
 
-def fpovi_table8_text(runs_dir: str) -> str:
+def fpovi_table8_text(runs_dir: str,
+                      table_command: str = "python -m uci.related_table") -> str:
   """Our svgd and fsvgd runs under `runs_dir` (the Table 8 setting) beside the f-POVI paper's
   Table 8: test NLL (-MLL) and RMSE, mean and standard error over the splits run."""
   runs = table.load_runs(runs_dir)
@@ -119,17 +127,26 @@ def fpovi_table8_text(runs_dir: str) -> str:
       paper_nll = paper_rmse = gap_text = "–"
     lines.append(f"| {dataset} | {related_table.METHOD_TITLES.get(method, method)} | {count} | "
                  f"{ours(nll)} | {paper_nll} | {ours(rmse)} | {paper_rmse} | {gap_text} |")
-  lines += related_table.commands_section(runs, UciConfig, "python -m uci.related_table")
+  lines += related_table.commands_section(runs, UciConfig, table_command)
   return "\n".join(lines) + "\n"
+
+
+def _command() -> str:
+  """This invocation as a command: the flags given away from their defaults, quoted."""
+  given = [f"--{name}={shlex.quote(str(flags.FLAGS[name].value))}"
+           for name in ("results_dir", "related_dir", "gauss_newton_dir", "fpovi_dir",
+                        "output_dir", "heading")
+           if flags.FLAGS[name].value != flags.FLAGS[name].default]
+  return " ".join(["python -m uci.related_table", *given])
 
 
 def main(argv):
   del argv
   options = flags.FLAGS
   print(write_table(options.results_dir, options.related_dir, options.output_dir,
-                    options.gauss_newton_dir))
+                    options.gauss_newton_dir, options.heading, _command()))
   if os.path.isdir(options.fpovi_dir):
-    text = fpovi_table8_text(options.fpovi_dir)
+    text = fpovi_table8_text(options.fpovi_dir, _command())
     tables.write_text(os.path.join(options.output_dir, "fpovi_table8.md"), text)
     print(text)
 
@@ -142,4 +159,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("fpovi_dir", "results/related/fpovi_table8/uci",
                       "svgd and fsvgd runs in the f-POVI paper's Table 8 setting.")
   flags.DEFINE_string("output_dir", "results/related", "Where uci_table.md goes.")
+  flags.DEFINE_string("heading", HEADING, "uci_table.md's heading.")
   cli.run(main)
