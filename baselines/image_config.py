@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from baselines.config import EXTRA_VI, NETWORK_METHODS, VI, VOGN, MethodConfig
+from baselines.config import (EXTRA_VI, NETWORK_METHODS, VI, VI_FAMILY, VOGN, VOGN_FAMILY,
+                              MethodConfig)
 from common import images
 from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting, setting,
                            with_default)
@@ -30,7 +31,8 @@ class ImageClassificationConfig(MethodConfig):
       "unit_interval: [0, 1] pixels.", choices=images.PIXEL_SCALINGS)
   initial_untransformed_posterior_scale: float = setting(
       -7.0, "VI family: the posterior scales start at softplus of this (-7: the authors' code).",
-      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN))
+      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN),
+      only_when=("method", VI_FAMILY + VOGN_FAMILY))
   data_augmentation: bool = setting(
       False, "Random rotations up to 90 degrees, shifts of 0.1 and horizontal flips of every "
       "training batch (the authors' ResNet option, off in their runs).")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.config import ENSEMBLE, EXTRA_VI, VI, VOGN, MethodConfig
+from baselines.config import (ENSEMBLE, EXTRA_VI, VI, VI_FAMILY, VOGN, VOGN_FAMILY,
+                              MethodConfig)
 from baselines.image_config import ImageClassificationConfig
 from common import images
 from common.config import UsageError, setting, with_default
@@ -46,7 +47,8 @@ class ImageConfig(ImageClassificationConfig):
       -4.0,
       "VI family: the posterior scales start at softplus of this. -4 (0.018) lands VI within 2 "
       "paper std on MNIST and Fashion-MNIST (image/README.md); -7 (9e-4) is the authors' code.",
-      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN))
+      minimum=-20.0, maximum=5.0, shapes=(VI, EXTRA_VI, VOGN),
+      only_when=("method", VI_FAMILY + VOGN_FAMILY))
   # LeNet-5 steps take ~0.1 s here: 1,000 of them are a few minutes of work lost to a kill (the
   # ensemble's 5,000 steps of all members are about two hours), and a progress line as often.
   steps_per_checkpoint: int = with_default(MethodConfig, "steps_per_checkpoint", 1_000)

@@ -311,3 +311,15 @@ def test_results_and_checkpoint_records_are_compared_by_one_rule(tmp_path):
       "chunk"]
   # Neither recorded nor with an absent value: different, whatever the requested value is.
   assert differing_settings({"agent": "not recorded"}, {}, {}) == ["agent"]
+
+
+def test_the_initial_posterior_scale_counts_only_for_the_mean_field_methods():
+  """LeNet-5's and ResNet-20's MNF and ensemble never read the mean-field posterior's initial
+  scale: a rerun of theirs must not be refused over it, nor their commands carry it."""
+  from image.config import ImageConfig
+  from resnet.config import ResNetConfig
+  for config_class in (ImageConfig, ResNetConfig):
+    for method in ("mnf", "deep_ensemble"):
+      assert "initial_untransformed_posterior_scale" not in config_class(method=method).identity()
+    for method in ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn"):
+      assert "initial_untransformed_posterior_scale" in config_class(method=method).identity()
