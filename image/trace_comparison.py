@@ -16,7 +16,7 @@ import numpy as np
 from absl import flags
 
 from common import cli
-from common.results import atomic_output
+from common.results import write_text_atomically
 
 STEPS = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000, 25_000, 30_000)
 
@@ -75,8 +75,7 @@ def main(argv):
   rows = comparison_rows(load_trace(flags.FLAGS.baseline), load_trace(flags.FLAGS.variant),
                          window=flags.FLAGS.window)
   text = to_markdown(rows, flags.FLAGS.baseline, flags.FLAGS.variant, flags.FLAGS.window)
-  with atomic_output(flags.FLAGS.output) as path, open(path, "w") as handle:
-    handle.write(text)
+  write_text_atomically(flags.FLAGS.output, text)
   print(text)
 
 
