@@ -26,9 +26,14 @@ class BanditConfig(Config):
       "function-space SVGD; not in the paper).", choices=AGENTS)
   seeds: tuple[int, ...] = setting(
       (0, 1, 2, 3, 4), "Seeds, run together as one vectorised computation. Seed s fixes the "
-      "environment stream (mushrooms shown, luck of poisonous ones), the same for every agent.",
+      "environment stream (mushrooms shown, luck of poisonous ones), the same for every agent "
+      "whose stream is drawn for the same length (--stream_horizon).",
       minimum=0)
   horizon: int = setting(5000, "Bandit steps (mushrooms shown) per seed.", minimum=1)
+  stream_horizon: int = setting(
+      0, "Steps each seed's environment stream is drawn for, of which the run meets the first "
+      "--horizon (0: --horizon). The luck depends on this length, so a shorter run is paired step "
+      "for step with a longer one only at the longer one's length.", minimum=0)
   update_steps: int = setting(
       500, "Adam steps that update each reward model after every observed reward (paper: 500).",
       minimum=1)
@@ -81,6 +86,9 @@ class BanditConfig(Config):
 
   def check(self) -> None:
     check_compiled_loop(self)
+    if self.stream_horizon and self.stream_horizon < self.horizon:
+      raise UsageError(f"stream_horizon={self.stream_horizon} is below horizon={self.horizon}; "
+                       "allowed: 0 or at least the horizon")
     for name in ("agents", "seeds", "epsilons"):
       values = getattr(self, name)
       if len(set(values)) != len(values):

@@ -37,7 +37,7 @@ def train_and_evaluate(config: BanditConfig, output_dir: str) -> dict:
   seed_everything(config.seeds[0])
   mushrooms = mushroom.load(config.resolved_data_dir, config.download)
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), config.horizon,
-                                           len(mushrooms.edible))
+                                           len(mushrooms.edible), config.stream_horizon)
   records, timings = [], {}
   for name in config.agents:
     agent = make_agent(name, config, mushroom.NUM_FEATURES)

@@ -92,11 +92,19 @@ class EnvironmentStream:
   unlucky: np.ndarray
 
   @classmethod
-  def draw(cls, seeds: np.ndarray, horizon: int, num_mushrooms: int) -> "EnvironmentStream":
+  def draw(cls, seeds: np.ndarray, horizon: int, num_mushrooms: int,
+           drawn_for: int = 0) -> "EnvironmentStream":
+    """The first `horizon` steps of each seed's stream drawn for max(horizon, drawn_for) steps.
+
+    The luck is drawn after all the mushrooms, so streams drawn for different lengths show the
+    same mushrooms with different luck: a shorter run meets a longer one's stream step for step
+    only when drawn for the longer one's length.
+    """
+    length = max(horizon, drawn_for)
     streams = [np.random.default_rng([int(seed), 0]) for seed in seeds]
-    rows = np.stack([rng.integers(0, num_mushrooms, size=horizon) for rng in streams])
-    unlucky = np.stack([rng.random(horizon) < PROBABILITY_UNLUCKY for rng in streams])
-    return cls(rows=rows, unlucky=unlucky)
+    rows = np.stack([rng.integers(0, num_mushrooms, size=length) for rng in streams])
+    unlucky = np.stack([rng.random(length) < PROBABILITY_UNLUCKY for rng in streams])
+    return cls(rows=rows[:, :horizon], unlucky=unlucky[:, :horizon])
 
 
 def rewards(edible: np.ndarray, unlucky: np.ndarray, actions: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from bandits.agents import make_agent, reward_model
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord, interact
 from baselines.gaussian_head import gaussian_head_log_likelihood
+from common.config import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
@@ -82,6 +83,20 @@ def test_a_seeds_stream_does_not_depend_on_the_other_seeds():
   np.testing.assert_array_equal(alone.rows[0], together.rows[1])
   np.testing.assert_array_equal(alone.unlucky[0], together.unlucky[1])
   assert not np.array_equal(together.rows[0], together.rows[1])
+
+
+def test_a_shorter_run_meets_a_longer_runs_stream_only_when_drawn_for_its_length():
+  """Catches pairing runs of different horizons by seed alone: the luck is drawn after all the
+  mushrooms, so a 1,000-step run met other luck than the 3,000-step runs it was set beside."""
+  longer = mushroom.EnvironmentStream.draw(np.array([0, 1]), 300, 8124)
+  drawn_for_longer = mushroom.EnvironmentStream.draw(np.array([0, 1]), 100, 8124, drawn_for=300)
+  np.testing.assert_array_equal(drawn_for_longer.rows, longer.rows[:, :100])
+  np.testing.assert_array_equal(drawn_for_longer.unlucky, longer.unlucky[:, :100])
+  own_length = mushroom.EnvironmentStream.draw(np.array([0, 1]), 100, 8124)
+  np.testing.assert_array_equal(own_length.rows, longer.rows[:, :100])
+  assert 0.3 < np.mean(own_length.unlucky == longer.unlucky[:, :100]) < 0.7
+  with pytest.raises(UsageError, match="stream_horizon=50 is below horizon=100"):
+    BanditConfig(horizon=100, stream_horizon=50).validate()
 
 
 def _point_model(members: int):
@@ -213,6 +228,21 @@ def test_binary_writes_figure_table_and_results(tmp_path):
                "regret_refined_ts.npz"):
     assert (tmp_path / name).exists()
   assert "| refined_ts |" in (tmp_path / "figure5_cumulative_regret.md").read_text()
+
+
+@needs_mushrooms
+def test_the_binary_meets_the_stream_drawn_for_stream_horizon(tmp_path, mushrooms):
+  """Catches --stream_horizon accepted but not passed to the stream: the 40 steps would meet
+  their own luck, not that of the 120-step stream (some 20 poisonous mushrooms eaten, each with
+  even odds of other luck)."""
+  config = BanditConfig(**dict(TINY, agents=("eps_greedy",), epsilons=(1.0,), horizon=40,
+                               stream_horizon=120))
+  bandit_main.train_and_evaluate(config, str(tmp_path))
+  record = RegretRecord.load(str(tmp_path / "regret_eps_greedy.npz"))
+  stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), 120, len(mushrooms.edible))
+  edible = mushrooms.edible[stream.rows[:, None, :40]]
+  np.testing.assert_array_equal(
+      record.rewards, mushroom.rewards(edible, stream.unlucky[:, None, :40], record.actions))
 
 
 def _bandit_run_dir(path, seeds, refine_steps=500, agent="refined_ts"):
