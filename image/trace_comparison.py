@@ -1,4 +1,4 @@
-"""Two VI training traces side by side: minibatch ELBO and KL averaged around given steps.
+"""Two training traces (VI, VOGN) side by side: minibatch ELBO and KL averaged around given steps.
 
   ablation=results/ablations/mnist_initial_posterior_scale
   python -m image.trace_comparison \
@@ -26,7 +26,7 @@ def load_trace(path: str) -> dict[str, np.ndarray]:
     missing = {"trace", "kl_trace"} - set(data.files)
     if missing:
       raise ValueError(
-          f"{path} has no {', '.join(sorted(missing))} (a VI trace.npz has trace and kl_trace)")
+          f"{path} has no {', '.join(sorted(missing))} (a training trace.npz has trace and kl_trace)")
     return {
         "elbo": np.asarray(data["trace"], np.float64),
         "kl": np.asarray(data["kl_trace"], np.float64)
@@ -54,7 +54,7 @@ def comparison_rows(baseline: dict, variant: dict, steps=STEPS, window: int = 50
 
 def to_markdown(rows: list[dict], baseline: str, variant: str, window: int) -> str:
   lines = [
-      f"# VI traces: {variant} against {baseline}", "",
+      f"# Training traces: {variant} against {baseline}", "",
       (f"Minibatch ELBO and KL (whole-dataset scale), mean of the {window} steps ending at "
        "each step."),
       "", "| step | baseline ELBO | variant ELBO | variant - baseline | baseline KL | variant KL |",
@@ -80,8 +80,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("baseline", None, "The reference VI trace.npz.", required=True)
-  flags.DEFINE_string("variant", None, "The VI trace.npz to compare.", required=True)
+  flags.DEFINE_string("baseline", None, "The reference trace.npz.", required=True)
+  flags.DEFINE_string("variant", None, "The trace.npz to compare.", required=True)
   flags.DEFINE_string("output", None, "Where the markdown table goes.", required=True)
   flags.DEFINE_integer("window", 500, "Steps averaged at each reported step.")
   cli.run(main)
