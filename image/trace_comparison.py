@@ -26,7 +26,8 @@ def load_trace(path: str) -> dict[str, np.ndarray]:
     missing = {"trace", "kl_trace"} - set(data.files)
     if missing:
       raise ValueError(
-          f"{path} has no {', '.join(sorted(missing))} (a training trace.npz has trace and kl_trace)")
+          f"{path} has no {', '.join(sorted(missing))} "
+          "(a training trace.npz has trace and kl_trace)")
     return {
         "elbo": np.asarray(data["trace"], np.float64),
         "kl": np.asarray(data["kl_trace"], np.float64)
