@@ -90,7 +90,8 @@ RELATED_TABLES = (("uci_table.md", None), ("fpovi_table8.md", None), ("image_tab
                   (os.path.join("bandits", "mushroom_updates_50", "figure5_cumulative_regret.md"),
                    "Mushroom bandit, 50 update steps: Thompson sampling with SVGD and f-SVGD "
                    "particles beside Figure 5's agents (cumulative expected regret, mean ± std "
-                   "over seeds 0-4; the particle agents ran 1,000 steps)"))
+                   "over seeds 0-4; the particle agents ran the first 1,000 steps of the "
+                   "same streams, luck included)"))
 
 
 def _related_section(results_dir: str, output_dir: str) -> str:
