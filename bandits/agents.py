@@ -41,7 +41,7 @@ from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
-from bandits.mushroom import NUM_ACTIONS, NUM_FEATURES
+from bandits.mushroom import EAT, NUM_ACTIONS, NUM_FEATURES, PASS
 from baselines.deep_ensemble import MemberDense, independent_member_initializer
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 from baselines.particles import FunctionSpaceSettings, ParticleMaximizer, ParticleNetwork
@@ -104,7 +104,8 @@ class RewardModel(tf_keras.layers.Layer):
 def reward_model(config: BanditConfig, num_members: int, bayesian: bool, seed: int,
                  num_features: int = NUM_FEATURES) -> RewardModel:
   """The paper's network: `num_hidden_layers` of `hidden_units` ReLU units, mean-field Gaussian
-  weights under a fixed N(0, prior_scale^2) prior (`bayesian`) or point weights.
+  weights under a fixed N(0, prior_scale^2) prior (`bayesian`) or point weights, and a Gaussian
+  reward likelihood whose scale is fixed or learned (`--noise_scale`).
 
   Every member's kernels (posterior means) are drawn He-normal from their own seed, as separate
   networks would be; so a model is the same whenever it is built from the same seed.
@@ -126,7 +127,9 @@ def reward_model(config: BanditConfig, num_members: int, bayesian: bool, seed: i
     else:
       layers.append(MemberDense(units, num_members, activation=activation,
                                 seed=derived_seed(seed, index)))
-  noise = HomoscedasticNoise(num_members=num_members, initial_scale=config.initial_noise_scale)
+  fixed_scale = config.fixed_noise_scale
+  noise = HomoscedasticNoise(num_members=num_members, learned=fixed_scale is None,
+                             initial_scale=fixed_scale or config.initial_noise_scale)
   return RewardModel(layers, noise, config.reward_model)
 
 
@@ -185,13 +188,28 @@ class Agent(tf.Module):
     """The name of each variant's line in tables and figures."""
     return [self.name]
 
+  def noise_scales(self) -> dict[str, list[float]]:
+    """Per line, each seed's reward noise scale now (a particle agent's: the mean over its
+    particles); the fixed scale itself unless --noise_scale=learned."""
+    scales = tf.reshape(self.model.noise.noise_scale, [self.num_seeds, self.num_variants]).numpy()
+    if len(self.line_names) == self.num_variants:
+      return {line: [float(v) for v in scales[:, index]]
+              for index, line in enumerate(self.line_names)}
+    return {self.line_names[0]: [float(v) for v in scales.mean(axis=1)]}
+
   def _member_contexts(self, contexts: tf.Tensor) -> tf.Tensor:
     """[seeds, F] -> [members, F]: each seed's context for each of its variants."""
     return tf.repeat(contexts, self.num_variants, axis=0)
 
+  def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """For contexts [seeds, F] at bandit step `step`: [seeds, variants] actions, and the predicted
+    reward of eating minus that of passing that the choice was made from (Thompson samplers:
+    of their averaged samples; eps_greedy: of its network, whether or not it explored)."""
+    raise NotImplementedError
+
   def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     """[seeds, variants] actions for contexts [seeds, F] at bandit step `step`."""
-    raise NotImplementedError
+    return self.decide(contexts, step)[0]
 
   @graph_function
   def observe(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> tf.Tensor:
@@ -207,6 +225,11 @@ class Agent(tf.Module):
 def _greedy(action_means: tf.Tensor) -> tf.Tensor:
   """The action of highest predicted mean, [..., NUM_ACTIONS] -> [...] (ties: pass)."""
   return tf.argmax(action_means, axis=-1, output_type=tf.int32)
+
+
+def _eat_minus_pass(action_means: tf.Tensor) -> tf.Tensor:
+  """[..., NUM_ACTIONS] -> [...]: the predicted reward of eating minus that of passing."""
+  return action_means[..., EAT] - action_means[..., PASS]
 
 
 class ThompsonAgent(Agent):
@@ -247,7 +270,7 @@ class ThompsonAgent(Agent):
     self.refiner.run(num_steps, tf.constant(self.config.learning_rate), tf.constant(0.0))
 
   @graph_function
-  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+  def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     del step
     samples = self.config.num_thompson_samples
     with weight_noise_scope("per_batch"):
@@ -259,7 +282,8 @@ class ThompsonAgent(Agent):
       else:
         means = tf.stack([self.model.action_means(contexts[:, tf.newaxis])[:, 0]
                           for _ in range(samples)], axis=1)          # [seeds, samples, A]
-    return _greedy(tf.reduce_mean(means, axis=1))[:, tf.newaxis]
+    averaged = tf.reduce_mean(means, axis=1)
+    return _greedy(averaged)[:, tf.newaxis], _eat_minus_pass(averaged)[:, tf.newaxis]
 
 
 class EpsilonGreedyAgent(Agent):
@@ -276,14 +300,15 @@ class EpsilonGreedyAgent(Agent):
     return [f"eps_greedy_{epsilon:g}" for epsilon in self.config.epsilons]
 
   @graph_function
-  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+  def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     means = self.model.action_means(self._member_contexts(contexts)[:, tf.newaxis])[:, 0]
     greedy = tf.reshape(_greedy(means), [self.num_seeds, self.num_variants])
+    gaps = tf.reshape(_eat_minus_pass(means), [self.num_seeds, self.num_variants])
     draws = tf.random.stateless_uniform(
         [2, self.num_seeds, self.num_variants],
         seed=tf.stack([tf.constant(self.explore_seed, tf.int64), tf.cast(step, tf.int64)]))
     random_actions = tf.cast(draws[1] * NUM_ACTIONS, tf.int32)
-    return tf.where(draws[0] < self.epsilons, random_actions, greedy)
+    return tf.where(draws[0] < self.epsilons, random_actions, greedy), gaps
 
 
 class ParticleThompsonAgent(Agent):
@@ -311,7 +336,7 @@ class ParticleThompsonAgent(Agent):
         network=network, grouped_data=True, num_examples=self.history.count)
 
   @graph_function
-  def choose(self, contexts: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+  def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     means = self.model.action_means(self._member_contexts(contexts)[:, tf.newaxis])[:, 0]
     means = tf.reshape(means, [self.num_seeds, self.num_variants, NUM_ACTIONS])
     drawn = tf.random.stateless_uniform(
@@ -319,7 +344,8 @@ class ParticleThompsonAgent(Agent):
         seed=tf.stack([tf.constant(self.choice_seed, tf.int64), tf.cast(step, tf.int64)]),
         maxval=self.num_variants, dtype=tf.int32)
     samples = tf.gather(means, drawn, axis=1, batch_dims=1)          # [seeds, samples, A]
-    return _greedy(tf.reduce_mean(samples, axis=1))[:, tf.newaxis]
+    averaged = tf.reduce_mean(samples, axis=1)
+    return _greedy(averaged)[:, tf.newaxis], _eat_minus_pass(averaged)[:, tf.newaxis]
 
 
 def make_agent(name: str, config: BanditConfig, num_features: int,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Optional
 
@@ -10,6 +11,9 @@ from common.config import (NOTHING, Config, UsageError, data_dir_setting, downlo
 from common.distribution import DeviceConfig, check_compiled_loop
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
+PARTICLE_AGENTS = ("svgd_ts", "fsvgd_ts")
+# baselines.gaussian_head.MINIMUM_SCALE (not imported: this module must not load TensorFlow).
+MINIMUM_NOISE_SCALE = 1e-3
 # The agents run when --agents is not given (the paper's Figure 5).
 PAPER_AGENTS = ("refined_ts", "vi_ts", "eps_greedy")
 REWARD_MODELS = ("per_action", "action_input")
@@ -64,9 +68,14 @@ class BanditConfig(Config):
       "per_action", "per_action: the context in, one predicted reward per action out (the deep "
       "contextual bandits benchmark's networks); action_input: context and action in, one "
       "predicted reward out (the paper's description).", choices=REWARD_MODELS)
+  noise_scale: str = setting(
+      "learned", "Reward noise scale of the Gaussian likelihood, in reward units: a positive "
+      "number fixes it for every agent's updates and refinement; learned: a point estimate per "
+      "network trained with the updates from --initial_noise_scale (svgd_ts and fsvgd_ts always "
+      "learn theirs).", absent_means="learned")
   initial_noise_scale: float = setting(
-      5.0, "Initial reward noise scale of the Gaussian likelihood; it is then learned as a point "
-      "estimate per network, like the UCI models' noise.", above=0.001)
+      5.0, "With --noise_scale=learned: the reward noise scale's starting value.", above=0.001,
+      only_when=("noise_scale", "learned"))
   initial_untransformed_posterior_scale: float = setting(
       -5.0, "Initial softplus^-1 of the posterior scales (std 0.0067 at -5).")
   regret_report_interval: int = setting(
@@ -86,6 +95,11 @@ class BanditConfig(Config):
 
   def check(self) -> None:
     check_compiled_loop(self)
+    scale = self.fixed_noise_scale   # refuses a value that is neither a number nor "learned"
+    if scale is not None and set(self.agents) & set(PARTICLE_AGENTS):
+      raise UsageError(f"noise_scale={self.noise_scale} with agents "
+                       f"{','.join(a for a in self.agents if a in PARTICLE_AGENTS)}; allowed: "
+                       "noise_scale=learned for svgd_ts and fsvgd_ts (their noise has a prior)")
     if self.stream_horizon and self.stream_horizon < self.horizon:
       raise UsageError(f"stream_horizon={self.stream_horizon} is below horizon={self.horizon}; "
                        "allowed: 0 or at least the horizon")
@@ -94,6 +108,20 @@ class BanditConfig(Config):
       if len(set(values)) != len(values):
         raise UsageError(f"{name}={','.join(map(str, values))} repeats a value; allowed: "
                          "distinct values")
+
+  @property
+  def fixed_noise_scale(self) -> Optional[float]:
+    """--noise_scale as a number, or None when it is learned; UsageError for anything else."""
+    if self.noise_scale == "learned":
+      return None
+    try:
+      scale = float(self.noise_scale)
+    except (TypeError, ValueError):
+      scale = math.nan
+    if not (math.isfinite(scale) and scale > MINIMUM_NOISE_SCALE):
+      raise UsageError(f"noise_scale={self.noise_scale!r} is not allowed; allowed: learned, or a "
+                       f"finite number > {MINIMUM_NOISE_SCALE:g}")
+    return scale
 
   @property
   def resolved_data_dir(self) -> Optional[str]:

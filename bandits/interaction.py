@@ -13,7 +13,7 @@ import os
 import time
 import zipfile
 import zlib
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -35,8 +35,10 @@ def reported_steps(horizon: int, report_interval: int) -> list[int]:
 
 @dataclasses.dataclass
 class RegretRecord:
-  """What happened, [seeds, lines, steps]: actions, realised rewards, and per-step regrets
-  against the omniscient agent (expected: the luck of poisonous mushrooms averaged out)."""
+  """What happened, [seeds, lines, steps]: actions, realised rewards, per-step regrets against
+  the omniscient agent (expected: the luck of poisonous mushrooms averaged out), and the
+  predicted reward of eating minus passing each action was chosen from (None in records made
+  before it was kept)."""
   line_names: list[str]
   seeds: list[int]
   actions: np.ndarray
@@ -44,6 +46,7 @@ class RegretRecord:
   expected_regret: np.ndarray
   realised_regret: np.ndarray
   seconds: float
+  predicted_gap: Optional[np.ndarray] = None
 
   def cumulative(self, realised: bool = False) -> np.ndarray:
     return np.cumsum(self.realised_regret if realised else self.expected_regret, axis=-1)
@@ -75,7 +78,9 @@ class RegretRecord:
                           actions=self.actions.astype(np.int8), rewards=self.rewards,
                           expected_regret=self.expected_regret.astype(np.float32),
                           realised_regret=self.realised_regret.astype(np.float32),
-                          seconds=np.float64(self.seconds))
+                          seconds=np.float64(self.seconds),
+                          **({} if self.predicted_gap is None
+                             else {"predicted_gap": self.predicted_gap.astype(np.float32)}))
     os.replace(temporary, path)
 
   @classmethod
@@ -97,11 +102,13 @@ class RegretRecord:
 
     def joined(name: str) -> np.ndarray:
       return np.concatenate([getattr(record, name) for record in records])[order]
+    has_gaps = all(record.predicted_gap is not None for record in records)
     return cls(line_names=list(records[0].line_names), seeds=[seeds[i] for i in order],
                actions=joined("actions"), rewards=joined("rewards"),
                expected_regret=joined("expected_regret"),
                realised_regret=joined("realised_regret"),
-               seconds=float(sum(record.seconds for record in records)))
+               seconds=float(sum(record.seconds for record in records)),
+               predicted_gap=joined("predicted_gap") if has_gaps else None)
 
   @classmethod
   def load(cls, path: str) -> "RegretRecord":
@@ -112,13 +119,16 @@ class RegretRecord:
         record = cls(line_names=[str(n) for n in saved["line_names"]],
                      seeds=[int(s) for s in saved["seeds"]], actions=saved["actions"],
                      rewards=saved["rewards"], expected_regret=saved["expected_regret"],
-                     realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]))
+                     realised_regret=saved["realised_regret"], seconds=float(saved["seconds"]),
+                     predicted_gap=(saved["predicted_gap"] if "predicted_gap" in saved.files
+                                    else None))
     except (OSError, EOFError, KeyError, ValueError, TypeError, OverflowError, zipfile.BadZipFile,
             zlib.error) as error:
       raise RuntimeError(f"{path} is not a regret record ({type(error).__name__}: {error}); "
                          "allowed: regret_<agent>.npz as bandits.main writes it") from None
     shape = (len(record.seeds), len(record.line_names))
-    arrays = ("actions", "rewards", "expected_regret", "realised_regret")
+    arrays = ("actions", "rewards", "expected_regret", "realised_regret") + (
+        () if record.predicted_gap is None else ("predicted_gap",))
     shapes = {name: getattr(record, name).shape for name in arrays}
     if any(len(found) != 3 or found[:2] != shape or found != shapes["actions"]
            for found in shapes.values()):
@@ -138,6 +148,7 @@ class _CheckpointedRecord(tf.Module):
     self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
     self.actions = tf.Variable(tf.zeros(shape, tf.int32), trainable=False)
     self.rewards = tf.Variable(tf.zeros(shape), trainable=False)
+    self.predicted_gap = tf.Variable(tf.zeros(shape), trainable=False)
 
 
 def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.EnvironmentStream,
@@ -155,6 +166,7 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
     logging.info("%s: resumed at step %d from %s", agent.name, int(record.step.numpy()),
                  manager.latest_checkpoint)
   actions, rewards = record.actions.numpy(), record.rewards.numpy()
+  gaps = record.predicted_gap.numpy()
   start = int(record.step.numpy())
   progress = ProgressLog(agent.name, horizon, start, value_name="mean cumulative regret")
   started, seconds_before = time.perf_counter(), float(record.seconds.numpy())
@@ -162,14 +174,16 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
   contexts_of = tf.constant(mushrooms.contexts)
   for step in range(start, horizon):
     contexts = tf.gather(contexts_of, stream.rows[:, step])
-    chosen = agent.choose(contexts, tf.constant(step, tf.int64)).numpy()
+    chosen, gap = (t.numpy() for t in agent.decide(contexts, tf.constant(step, tf.int64)))
     paid = mushroom.rewards(edible_rows[:, step, None], stream.unlucky[:, step, None], chosen)
-    agent.observe(contexts, tf.constant(chosen), tf.constant(paid))
-    actions[:, :, step], rewards[:, :, step] = chosen, paid
+    objective = agent.observe(contexts, tf.constant(chosen), tf.constant(paid)).numpy()
+    _check_finite(agent.name, step + 1, gap, objective)
+    actions[:, :, step], rewards[:, :, step], gaps[:, :, step] = chosen, paid, gap
     done = step + 1
     if done % config.steps_per_checkpoint == 0 or done == horizon:
       record.actions.assign(actions)
       record.rewards.assign(rewards)
+      record.predicted_gap.assign(gaps)
       record.step.assign(done)
       record.seconds.assign(seconds_before + time.perf_counter() - started)
       manager.save(checkpoint_number=done)
@@ -181,7 +195,18 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
   return RegretRecord(line_names=agent.line_names, seeds=list(config.seeds), actions=actions,
                       rewards=rewards, expected_regret=expected_regret,
                       realised_regret=optimal_reward - rewards,
-                      seconds=float(record.seconds.numpy()))
+                      seconds=float(record.seconds.numpy()), predicted_gap=gaps)
+
+
+def _check_finite(agent: str, step: int, gap: np.ndarray, objective: np.ndarray) -> None:
+  """FloatingPointError (exit 1, nothing written) if a model has diverged at bandit step `step`:
+  its predicted rewards or its last update's objective are not finite. A diverged network picks
+  "pass" for every mushroom, which would otherwise pass for a result."""
+  for name, values in (("predicted rewards", gap), ("ELBO", objective)):
+    bad = ~np.isfinite(values)
+    if bad.any():
+      raise FloatingPointError(f"{agent}: non-finite {name} at bandit step {step} "
+                               f"({int(bad.sum())} of {bad.size} members); the model diverged")
 
 
 def _expected_regret(edible: np.ndarray, actions: np.ndarray) -> np.ndarray:

@@ -38,13 +38,15 @@ def train_and_evaluate(config: BanditConfig, output_dir: str) -> dict:
   mushrooms = mushroom.load(config.resolved_data_dir, config.download)
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), config.horizon,
                                            len(mushrooms.edible), config.stream_horizon)
-  records, timings = [], {}
+  records, timings, noise_scales = [], {}, {}
   for name in config.agents:
     agent = make_agent(name, config, mushroom.NUM_FEATURES)
     record = interact(agent, mushrooms, stream, config,
                       os.path.join(output_dir, "checkpoints", name))
     record.save(os.path.join(output_dir, RECORD_FILENAME.format(agent=name)))
     records.append(record)
+    if config.fixed_noise_scale is None:
+      noise_scales.update(agent.noise_scales())
     timings[f"{name}_seconds"] = record.seconds
     timings[f"{name}_steps_per_second"] = config.horizon / record.seconds
   metrics = {"seeds": list(config.seeds), "horizon": config.horizon}
@@ -54,6 +56,8 @@ def train_and_evaluate(config: BanditConfig, output_dir: str) -> dict:
   for key in ("cumulative_regret", "cumulative_regret_std", "cumulative_realised_regret",
               "regret_at_steps", "cumulative_regret_per_seed", "eat_fraction"):
     metrics[key] = {line: values[key] for line, values in lines.items()}
+  if noise_scales:
+    metrics["final_noise_scale_per_seed"] = noise_scales
   write_figure_and_table(records, output_dir, config.regret_report_interval)
   timings["total_seconds"] = time.perf_counter() - started
   write_results(output_dir, benchmark="bandits", dataset="mushroom",

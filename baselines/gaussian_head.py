@@ -22,21 +22,27 @@ MINIMUM_SCALE = 1e-3   # of a standardised target; keeps early steps finite
 
 
 class HomoscedasticNoise(tf_keras.layers.Layer):
-  """Appends a learned noise scale, softplus(u) + MINIMUM_SCALE, to a [M?, batch, 1] mean."""
+  """Appends a noise scale, softplus(u) + MINIMUM_SCALE, to a [M?, batch, 1] mean.
 
-  def __init__(self, num_members: Optional[int] = None, initial_scale: float = 1.0, **kwargs):
+  `learned=True`: u is a trainable point estimate starting at `initial_scale`; `learned=False`:
+  the scale stays `initial_scale` (u is a non-trainable variable, so no optimiser moves it).
+  """
+
+  def __init__(self, num_members: Optional[int] = None, initial_scale: float = 1.0,
+               learned: bool = True, **kwargs):
     super().__init__(**kwargs)
     if not initial_scale > MINIMUM_SCALE:
       raise ValueError(f"initial_scale={initial_scale!r} must be > {MINIMUM_SCALE}")
     self.num_members = num_members
     self.initial_scale = initial_scale
+    self.learned = learned
 
   def build(self, input_shape):
     shape = [1] if self.num_members is None else [self.num_members, 1]
     value = inverse_softplus(self.initial_scale - MINIMUM_SCALE)
     self.untransformed_noise_scale = self.add_weight(
         name="untransformed_noise_scale", shape=shape,
-        initializer=tf_keras.initializers.Constant(value))
+        initializer=tf_keras.initializers.Constant(value), trainable=self.learned)
     super().build(input_shape)
 
   @property
