@@ -5,7 +5,11 @@ A step's expected regret is 15 for eating a poisonous mushroom (the omniscient a
 0 against the eat reward's expectation of -15), 5 for passing an edible one and 0 otherwise, so
 the record's actions and regrets say which mistake each step made. Cumulative regret alone
 cannot tell an agent that keeps exploring from one that stopped eating (every edible mushroom
-passed at 5 a step); this table can.
+passed at 5 a step); this table can. A second table follows each seed through the quarters of
+its run: the share of edible and of poisonous mushrooms it ate, and the mean predicted reward of
+eating minus passing it chose from, per class (records made before that was kept: blank). An
+agent that cannot tell the classes apart shows as equal eat rates and gaps for both; one that
+rules eating out, as negative gaps for edible mushrooms too.
 
   python -m bandits.regret_sources --run_dirs=results/bandits/mushroom/vi_ts,... \
       --output_dir=results/bandits/mushroom
@@ -77,6 +81,60 @@ def regret_sources(records: Sequence, second_half_from: Optional[int] = None) ->
   return rows
 
 
+def mushroom_classes(actions: np.ndarray, expected_regret: np.ndarray) -> np.ndarray:
+  """Whether each step's mushroom was edible, from its action and expected regret: eaten at 0 or
+  passed at 5 is edible, eaten at 15 or passed at 0 is poisonous."""
+  eaten = actions == mushroom.EAT
+  return np.where(eaten, np.isclose(expected_regret, 0.0),
+                  np.isclose(expected_regret, EDIBLE_PASSED_REGRET))
+
+
+def quarter_diagnostics(records: Sequence, parts: int = 4) -> list[dict]:
+  """One row per line, seed and `parts`-th of the run: how many edible and poisonous mushrooms it
+  met, the share of each it ate, and the mean predicted eat-minus-pass gap per class (None where
+  the record holds no gaps or the class did not occur)."""
+  rows = []
+  for record in records:
+    horizon = record.actions.shape[-1]
+    bounds = np.linspace(0, horizon, parts + 1).round().astype(int)
+    for line_index, line in enumerate(record.line_names):
+      for seed_index, seed in enumerate(record.seeds):
+        actions = record.actions[seed_index, line_index]
+        edible = mushroom_classes(actions, record.expected_regret[seed_index, line_index])
+        gaps = (None if record.predicted_gap is None
+                else record.predicted_gap[seed_index, line_index])
+        for part, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:]), start=1):
+          row = {"line": line, "seed": int(seed), "part": part, "first_step": int(start) + 1,
+                 "last_step": int(stop)}
+          for name, members in (("edible", edible[start:stop]),
+                                ("poisonous", ~edible[start:stop])):
+            count = int(members.sum())
+            eaten = actions[start:stop][members] == mushroom.EAT
+            row[name] = {
+                "count": count, "eat_rate": float(eaten.mean()) if count else None,
+                "mean_gap": (float(gaps[start:stop][members].mean())
+                             if count and gaps is not None else None)}
+          rows.append(row)
+  return rows
+
+
+def _cell(value: Optional[float], form: str) -> str:
+  return "" if value is None else format(value, form)
+
+
+def quarter_table(rows: Sequence[dict]) -> str:
+  """Markdown of `quarter_diagnostics` rows."""
+  lines = ["| agent | seed | steps | edible eaten | poisonous eaten | eat − pass, edible "
+           "| eat − pass, poisonous |", "|" + "---|" * 7]
+  for row in rows:
+    edible, poisonous = row["edible"], row["poisonous"]
+    lines.append(
+        f"| {row['line']} | {row['seed']} | {row['first_step']:,}-{row['last_step']:,} "
+        f"| {_cell(edible['eat_rate'], '.0%')} | {_cell(poisonous['eat_rate'], '.0%')} "
+        f"| {_cell(edible['mean_gap'], '+.2f')} | {_cell(poisonous['mean_gap'], '+.2f')} |")
+  return "\n".join(lines) + "\n"
+
+
 def regret_sources_table(rows: Sequence[dict]) -> str:
   """Markdown of `regret_sources` rows."""
   first = rows[0]["second_half_from_step"]
@@ -140,10 +198,13 @@ def main(argv):
     raise UsageError(
         f"--second_half_from={options.second_half_from} must be in [0, {horizons[0]})")
   rows = regret_sources(records, options.second_half_from)   # a corrupt record: exit 1
-  table = regret_sources_table(rows) + "\n" + line_summary_table(rows)
+  quarters = quarter_diagnostics(records)
+  table = (regret_sources_table(rows) + "\n" + line_summary_table(rows)
+           + "\nBy quarter of the run: the share of each class eaten, and the mean predicted "
+           "reward of eating minus passing the choice was made from.\n\n" + quarter_table(quarters))
   prepare_output_dir(options.output_dir)
   write_json_atomically(os.path.join(options.output_dir, JSON_FILENAME),
-                        {"rows": rows, "run_dirs": list(options.run_dirs)})
+                        {"rows": rows, "quarters": quarters, "run_dirs": list(options.run_dirs)})
   write_text_atomically(os.path.join(options.output_dir, TABLE_FILENAME), table)
   print(table, end="")
 

@@ -374,6 +374,7 @@ def _run(*flags):
     (["--horizon=0"], 2, "horizon=0 is out of range"),
     (["--update_steps=0"], 2, "update_steps=0 is out of range"),
     (["--num_particles=1"], 2, "num_particles=1 is out of range; allowed: >= 2"),
+    (["--initial_noise_scale=0"], 2, "initial_noise_scale=0.0 is out of range; allowed: > 0.001"),
     # Compiled by default: per-step draws need --nojit_compile, and the line says so.
     (["--noise_chunk_steps=0"], 2, "--jit_compile needs the noise drawn ahead of the compiled "
      "steps; allowed: --noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile"),
@@ -510,5 +511,8 @@ def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_hori
   rows = json.loads((tmp_path / "sources" / "regret_sources.json").read_text())["rows"]
   assert [(row["seed"], row["whole"]["poisonous_eaten"], row["second_half"]["edible_passed"])
           for row in rows] == [(0, 2, 0), (1, 2, 0)]
-  # Its two seeds' rows, then the line's summary.
-  assert (tmp_path / "sources" / "regret_sources.md").read_text().count("| vi_ts |") == 3
+  # Its two seeds' rows, the line's summary, then each seed's four quarters.
+  assert (tmp_path / "sources" / "regret_sources.md").read_text().count("| vi_ts |") == 3 + 8
+  quarters = json.loads((tmp_path / "sources" / "regret_sources.json").read_text())["quarters"]
+  assert [(row["seed"], row["part"]) for row in quarters][:5] == [(0, 1), (0, 2), (0, 3), (0, 4),
+                                                                  (1, 1)]

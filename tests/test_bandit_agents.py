@@ -1,0 +1,225 @@
+"""The bandit agents' behaviour that the paper's comparison rests on: the samples refined_ts acts
+on are refined on the history, vi_ts averages distinct posterior draws, the reward likelihood's
+scale is fixed or learned as asked, untrained agents explore both actions, and a diverged model
+stops the run."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bandits import main as bandit_main
+from bandits import mushroom, regret_sources
+from bandits.agents import make_agent
+from bandits.config import BanditConfig
+from bandits.interaction import RegretRecord
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
+needs_mushrooms = pytest.mark.skipif(
+    not os.path.exists(os.path.join(DATA, mushroom.RELATIVE_PATH)),
+    reason="the offline mushroom file is not here")
+TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
+            epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
+            data_dir=DATA, download=False, jit_compile=False)
+
+
+@pytest.fixture(scope="module")
+def mushrooms():
+  return mushroom.load(DATA, download_allowed=False)
+
+
+def _fill_history(agent, mushrooms, rows: int, rng: np.random.Generator) -> None:
+  """Appends `rows` mushrooms to every member's history, each eaten (at its expected reward: +5
+  edible, -15 poisonous) and passed (0), without updating the model (q stays untrained)."""
+  chosen = rng.integers(0, len(mushrooms.edible), rows)
+  groups = agent.history.inputs.shape[0]
+  for row in chosen:
+    eat_reward = mushroom.REWARD_EDIBLE if mushrooms.edible[row] else (
+        mushroom.EXPECTED_REWARD_POISONOUS)
+    contexts = tf.constant(np.repeat(mushrooms.contexts[row:row + 1], groups, 0))
+    for action, reward in ((mushroom.EAT, eat_reward), (mushroom.PASS, mushroom.REWARD_PASS)):
+      agent.history.append(contexts, tf.fill([groups], action), tf.fill([groups], reward))
+
+
+@needs_mushrooms
+def test_refined_ts_acts_on_samples_refined_on_the_history(mushrooms):
+  """With an untrained q and a history that separates edible from poisonous mushrooms, refined_ts's
+  predicted eat-minus-pass gaps must separate them too: refinement fits each sample to the history.
+  Catches refined_ts acting on samples of q instead of its refined samples (planted:
+  `self.model.action_means` in place of `self.samples.action_means`; fails), and choosing without
+  refining (planted: the `_refine_samples()` call removed; fails)."""
+  seeds = (0, 1, 2, 3)
+  config = BanditConfig(**dict(TINY, seeds=seeds, horizon=400, refine_steps=300, hidden_units=16,
+                               learning_rate=1e-2, noise_scale="1"))
+  agent = make_agent("refined_ts", config, mushroom.NUM_FEATURES)
+  _fill_history(agent, mushrooms, 200, np.random.default_rng(0))
+  rng = np.random.default_rng(1)
+  edible = rng.choice(np.flatnonzero(mushrooms.edible), 2 * len(seeds), replace=False)
+  poisonous = rng.choice(np.flatnonzero(~mushrooms.edible), 2 * len(seeds), replace=False)
+  gaps = {}
+  for name, rows in (("edible", edible), ("poisonous", poisonous)):
+    gaps[name] = np.concatenate([
+        agent.decide(tf.constant(mushrooms.contexts[part]), tf.constant(step, tf.int64))[1]
+        .numpy()[:, 0] for step, part in enumerate(np.split(rows, 2))])
+  # Measured: edible +0.6 to +5.9, poisonous -13.9 to -15.3 (the history's +5 and -15).
+  assert np.all(gaps["edible"] > 0.0), gaps
+  assert np.all(gaps["poisonous"] < -8.0), gaps
+
+
+@needs_mushrooms
+def test_vi_ts_averages_distinct_posterior_draws(mushrooms):
+  """The mean of k Thompson samples has 1/k of one sample's variance when the k draws are
+  distinct. Catches vi_ts averaging one draw k times (planted: the forward pass computed once and
+  stacked `samples` times; the variance ratio becomes 1 and this fails)."""
+  contexts = tf.constant(mushrooms.contexts[:2])
+  variances = {}
+  for samples in (1, 4):
+    config = BanditConfig(**dict(TINY, num_thompson_samples=samples,
+                                 initial_untransformed_posterior_scale=0.0))
+    agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES)
+    gaps = np.stack([agent.decide(contexts, tf.constant(step, tf.int64))[1].numpy()[:, 0]
+                     for step in range(120)])
+    variances[samples] = gaps.var(axis=0)
+  assert np.all(variances[1] > 0.5), variances
+  # Measured ratios 0.16 and 0.25 over 120 decisions (expected 0.25).
+  np.testing.assert_array_less(variances[4] / variances[1], 0.45)
+
+
+@needs_mushrooms
+@pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
+def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agent_name):
+  """Catches --noise_scale accepted but the scale still trained (it would drift from 0.5 after the
+  updates) or not used by the likelihood (the model's predicted scale would not be 0.5), and
+  refinement's copies using another scale than the updates."""
+  contexts = tf.constant(mushrooms.contexts[:2])
+  final = {}
+  for noise_scale in ("0.5", "learned"):
+    config = BanditConfig(**dict(TINY, noise_scale=noise_scale, update_steps=20,
+                                 learning_rate=1e-2, epsilons=(0.0,)))
+    agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+    for step in range(3):
+      actions = agent.choose(contexts, tf.constant(step, tf.int64))
+      agent.observe(contexts, actions, tf.constant([[5.0], [-35.0]]))
+    agent.choose(contexts, tf.constant(3, tf.int64))
+    final[noise_scale] = agent.model.noise.noise_scale.numpy()
+    if noise_scale == "0.5":
+      outputs = agent.model(tf.zeros([agent.num_members, 3, mushroom.NUM_FEATURES + 1]))
+      np.testing.assert_allclose(outputs[..., 1].numpy(), 0.5, rtol=1e-5)
+      assert all(scales == [0.5] * 2 or np.allclose(scales, 0.5)
+                 for scales in agent.noise_scales().values())
+      if agent_name == "refined_ts":
+        np.testing.assert_allclose(agent.samples.noise.noise_scale.numpy(), 0.5, rtol=1e-5)
+  np.testing.assert_allclose(final["0.5"], 0.5, rtol=1e-5)
+  assert np.all(np.abs(final["learned"] - config.initial_noise_scale) > 1e-3)
+
+
+@needs_mushrooms
+@pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
+def test_untrained_agents_try_both_actions_without_forced_pulls(mushrooms, agent_name):
+  """No agent pulls each action a fixed number of times first (the benchmark's BBB agent does;
+  the paper describes no such phase): an untrained network's predicted rewards of the two actions
+  differ at random, so before any data each agent eats some mushrooms and passes others, and
+  Thompson sampling then explores from the posterior. Catches a tie-break or initialisation that
+  makes untrained agents always pass (no eat data would ever be collected but by epsilon)."""
+  seeds = tuple(range(24))
+  config = BanditConfig(**dict(TINY, seeds=seeds, epsilons=(0.0,), noise_scale="1"))
+  agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+  contexts = tf.constant(mushrooms.contexts[:len(seeds)])
+  eaten = agent.choose(contexts, tf.constant(0, tf.int64)).numpy()[:, 0] == mushroom.EAT
+  assert 0.2 < eaten.mean() < 0.8, eaten.mean()
+
+
+@needs_mushrooms
+@pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy", "svgd_ts"])
+def test_a_diverged_agent_is_a_failure_not_a_result(tmp_path, agent_name):
+  """At learning rate 1e30 every model diverges in its first update. Catches the bandit writing
+  results.json from NaN networks (each then passes on every mushroom and its regret looks valid)."""
+  config = BanditConfig(**dict(TINY, agents=(agent_name,), learning_rate=1e30, num_particles=2))
+  with pytest.raises(FloatingPointError, match=f"{agent_name}: non-finite .* at bandit step 1 "):
+    bandit_main.train_and_evaluate(config, str(tmp_path))
+  assert not (tmp_path / "results.json").exists()
+
+
+def _run(*flags):
+  return subprocess.run([sys.executable, "-m", "bandits.main", *flags], capture_output=True,
+                        text=True, cwd=REPO, check=False)
+
+
+@needs_mushrooms
+def test_the_binary_stops_a_diverged_run_with_one_line(tmp_path):
+  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", "--nodownload",
+                   "--agents=vi_ts", "--seeds=0", "--horizon=3", "--update_steps=2",
+                   "--hidden_units=4", "--learning_rate=1e30")
+  assert completed.returncode == 1
+  lines = completed.stderr.strip().splitlines()
+  assert lines[-1] == ("error: vi_ts: non-finite ELBO at bandit step 1 (1 of 1 members); the "
+                       "model diverged"), lines[-3:]
+  assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--noise_scale=0"], "noise_scale='0' is not allowed; allowed: learned, or a finite number"),
+    (["--noise_scale=-1"], "noise_scale='-1' is not allowed"),
+    (["--noise_scale=inf"], "noise_scale='inf' is not allowed"),
+    (["--noise_scale=nan"], "noise_scale='nan' is not allowed"),
+    (["--noise_scale=wide"], "noise_scale='wide' is not allowed"),
+    (["--noise_scale=1", "--agents=svgd_ts"], "allowed: noise_scale=learned for svgd_ts"),
+])
+def test_a_bad_noise_scale_is_one_usage_line(tmp_path, flags, message):
+  completed = _run(f"--output_dir={tmp_path}", *flags)
+  assert completed.returncode == 2
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+  assert not (tmp_path / "results.json").exists()
+
+
+@needs_mushrooms
+def test_results_record_the_noise_model_and_the_learned_scales(tmp_path):
+  """Catches results.json without the final learned scale per seed (the diagnosis of a failed run
+  starts from it), or with one where the scale was fixed."""
+  for noise_scale in ("learned", "2"):
+    out = tmp_path / noise_scale
+    config = BanditConfig(**dict(TINY, agents=("vi_ts", "eps_greedy"), noise_scale=noise_scale,
+                                 horizon=4))
+    bandit_main.train_and_evaluate(config, str(out))
+    recorded = json.loads((out / "results.json").read_text())
+    assert recorded["flags"]["noise_scale"] == noise_scale
+    scales = recorded["metrics"].get("final_noise_scale_per_seed")
+    if noise_scale == "2":
+      assert scales is None
+      continue
+    assert sorted(scales) == ["eps_greedy_0", "eps_greedy_1", "vi_ts"]
+    assert all(len(values) == 2 and all(v > 0 for v in values) for values in scales.values())
+    record = RegretRecord.load(str(out / "regret_vi_ts.npz"))
+    assert record.predicted_gap.shape == (2, 1, 4) and np.all(np.isfinite(record.predicted_gap))
+
+
+def test_quarter_diagnostics_give_eat_rates_and_gaps_by_class():
+  """From a record whose classes, actions and gaps are known: the eat rate and mean predicted gap
+  of each class in each quarter. Catches classes read from the action alone (an eaten mushroom at
+  regret 0 is edible, a passed one at 0 poisonous) and quarters cut from the wrong end."""
+  steps = 8
+  edible = np.array([True, False] * 4)
+  actions = np.array([1, 1, 0, 0, 1, 0, 0, 1])
+  expected = np.where(edible, np.where(actions == 1, 0.0, 5.0), np.where(actions == 1, 15.0, 0.0))
+  gaps = np.arange(steps, dtype=np.float32) - 3.0
+  record = RegretRecord(line_names=["vi_ts"], seeds=[3], actions=actions[None, None],
+                        rewards=np.zeros([1, 1, steps]), expected_regret=expected[None, None],
+                        realised_regret=expected[None, None], seconds=1.0,
+                        predicted_gap=gaps[None, None])
+  np.testing.assert_array_equal(regret_sources.mushroom_classes(actions, expected), edible)
+  rows = regret_sources.quarter_diagnostics([record])
+  assert [(row["first_step"], row["last_step"]) for row in rows] == [(1, 2), (3, 4), (5, 6),
+                                                                     (7, 8)]
+  assert [row["edible"]["eat_rate"] for row in rows] == [1.0, 0.0, 1.0, 0.0]
+  assert [row["poisonous"]["eat_rate"] for row in rows] == [1.0, 0.0, 0.0, 1.0]
+  assert [row["edible"]["mean_gap"] for row in rows] == [-3.0, -1.0, 1.0, 3.0]
+  assert [row["poisonous"]["mean_gap"] for row in rows] == [-2.0, 0.0, 2.0, 4.0]
+  table = regret_sources.quarter_table(rows)
+  assert "| vi_ts | 3 | 7-8 | 0% | 100% | +3.00 | +4.00 |" in table
+  without_gaps = RegretRecord(**{**record.__dict__, "predicted_gap": None})
+  assert regret_sources.quarter_diagnostics([without_gaps])[0]["edible"]["mean_gap"] is None
