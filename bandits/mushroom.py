@@ -1,5 +1,6 @@
-"""The mushroom contextual bandit (paper Section 4.3), as the deep contextual bandits
-benchmark defines it (Riquelme et al. 2018, `sample_mushroom_data`).
+"""The mushroom contextual bandit (paper Section 4.3; the task of its refs [9, 24], Blundell et al.
+2015 and Guez 2015), coded as the deep contextual bandits benchmark does (Riquelme et al. 2018,
+`sample_mushroom_data`).
 
 Each step shows one mushroom, drawn uniformly with replacement from the 8,124
 of the UCI Mushroom data; its 22 categorical attributes, one-hot encoded,
