@@ -156,6 +156,17 @@ def _rewound_noise(model: tf.Module) -> Iterator[None]:
       counter.assign(value)
 
 
+def _stage_subset(inputs: tf.Tensor, labels: tf.Tensor, examples: int
+                  ) -> Optional[tuple[tf.Tensor, tf.Tensor, float]]:
+  """(inputs, labels, N / n) of `examples` evenly strided training examples, or None for the
+  whole data (0, or at least N)."""
+  total = int(inputs.shape[0])
+  if examples == 0 or examples >= total:
+    return None
+  indices = tf.range(0, examples) * (total // examples)
+  return tf.gather(inputs, indices), tf.gather(labels, indices), total / examples
+
+
 class Refiner:
   """Refines samples (paper Algorithm 1) for one architecture on one dataset, again and again.
 
@@ -231,8 +242,9 @@ class Refiner:
              steps_per_auxiliary: int = 200, learning_rate_rule: str = "paper",
              learning_rates: Optional[list[float]] = None, seed: int = 0,
              elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
-             stage_elbo_aux: bool = False) -> RefinementResult:
+             stage_elbo_aux: bool = False, stage_elbo_examples: int = 0) -> RefinementResult:
     """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
+    stage_elbo_examples = check_integer("stage_elbo_examples", stage_elbo_examples, minimum=0)
     steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
     schedule = schedule or AuxiliarySchedule.geometric(0.7, 5)
     if learning_rates is None:
@@ -254,6 +266,19 @@ class Refiner:
     self.maximizer.reseed(derived_seed(seed, _DATA_STREAM))
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
                                  elbo_num_samples)
+    stage_data = _stage_subset(inputs, labels, stage_elbo_examples)
+
+    def stage_elbo() -> np.ndarray:
+      """The members' ELBO now, on the stage data (the same draws each time it is called)."""
+      with _rewound_noise(members):
+        if stage_data is None:
+          return estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
+                               elbo_num_samples)
+        subset_inputs, subset_labels, scale = stage_data
+        terms = estimate_elbo_terms(members, subset_inputs, subset_labels,
+                                    self.log_likelihood_fn, elbo_batch_size, elbo_num_samples)
+        return scale * terms.expected_log_likelihood - terms.kl
+    stage_start = stage_elbo() if stage_elbo_aux and stage_data is not None else None
     cumulative_log_ratio = np.zeros([self.num_samples], np.float64)
     log_ratios, traces, stage_values, optimise_seconds, condition_seconds = [], [], [], [], []
     stage_seconds = 0.0
@@ -278,13 +303,10 @@ class Refiner:
         optimise_seconds.append(time.perf_counter() - stage_started)
         progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
                      stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
-      # The last stage's is the final estimate below.
-      if stage_elbo_aux and stage < schedule.num_auxiliary:
+      # On the whole data, the last stage's is the final estimate below.
+      if stage_elbo_aux and (stage < schedule.num_auxiliary or stage_data is not None):
         measured = time.perf_counter()
-        with _rewound_noise(members):
-          stage_values.append(
-              estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
-                            elbo_num_samples) - cumulative_log_ratio)
+        stage_values.append(stage_elbo() - cumulative_log_ratio)
         stage_seconds += time.perf_counter() - measured
     refine_seconds = time.perf_counter() - optimise_started - stage_seconds
     final_terms = estimate_elbo_terms(members, inputs, labels, self.log_likelihood_fn,
@@ -305,7 +327,9 @@ class Refiner:
         model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo,
         log_ratios=np.stack(log_ratios), trace=trace, learning_rates=list(learning_rates),
         timings=timings,
-        stage_elbo_aux=np.stack(stage_values + [elbo_aux]) if stage_elbo_aux else None,
+        stage_elbo_aux=(None if not stage_elbo_aux else np.stack(stage_values) if stage_start
+                        is not None else np.stack(stage_values + [elbo_aux])),
+        stage_elbo_start=stage_start,
         expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux)
 
 
@@ -316,7 +340,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
            total_members: Optional[int] = None, elbo_batch_size: int = 1024,
            elbo_num_samples: int = 1, weight_noise: str = "per_example",
-           stage_elbo_aux: bool = False, refit_deterministic: bool = False,
+           stage_elbo_aux: bool = False, stage_elbo_examples: int = 0,
+           refit_deterministic: bool = False,
            penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
            input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
            ) -> RefinementResult:
@@ -347,6 +372,11 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       Figure 4's staircase without minibatch noise). Costs K - 1 more ELBO
       estimates, timed apart from `refine_seconds`; the refined samples are
       the same as without it.
+    stage_elbo_examples: with `stage_elbo_aux`, estimate every stage's ELBO_aux, and the
+      start's, on this many training examples (0: all): a fixed, evenly strided subset, its
+      expected log-likelihood scaled by N / n, with the same weight draws at every stage, so
+      that the staircase's steps cost n / N of the whole-data estimates and stay paired. The
+      final ELBO_aux is always the whole data's.
     refit_deterministic: also optimise each member's own copy of the model's
       other trainable variables (deterministic layers, batch norm), as the
       authors' Keras refit of a partly Bayesian ResNet did; by default only
@@ -366,6 +396,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
   result = refiner.refine(trained_model, schedule=schedule, steps_per_auxiliary=steps_per_auxiliary,
                           learning_rate_rule=learning_rate_rule, learning_rates=learning_rates,
                           seed=seed, elbo_batch_size=elbo_batch_size,
-                          elbo_num_samples=elbo_num_samples, stage_elbo_aux=stage_elbo_aux)
+                          elbo_num_samples=elbo_num_samples, stage_elbo_aux=stage_elbo_aux,
+                          stage_elbo_examples=stage_elbo_examples)
   result.timings["total_seconds"] = time.perf_counter() - started   # building the members too
   return result

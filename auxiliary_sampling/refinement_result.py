@@ -29,6 +29,9 @@ class RefinementResult:
   # with K > 1 trace_seconds: the first stage's time beyond a later stage's (tracing, compiling).
   timings: dict[str, float]
   stage_elbo_aux: Optional[np.ndarray] = None   # [K, M] refine(): whole-data ELBO_aux per stage
+  # [M] refine() with stage_elbo_examples: the start's ELBO on the stage subset (stage 0 of the
+  # staircase; None when the stages are whole-data estimates, whose stage 0 is initial_elbo).
+  stage_elbo_start: Optional[np.ndarray] = None
   samples: Optional[dict[str, np.ndarray]] = None   # refine_non_gaussian(): block -> [M, *event]
   # refine(): ELBO_aux's terms, [M] each: sum_n E_q log p(y_n | x_n, w) under the refined
   # q_K(w | a_1..K), and KL(q_K || p(w | a_1..K)) plus the log ratios (elbo_aux = their difference).

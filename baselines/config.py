@@ -104,6 +104,11 @@ class MethodConfig(DeviceConfig):
       False,
       "refined_vi: whole-training-set ELBO_aux after every stage (Figure 4 without minibatch "
       "noise; the refined samples are unchanged).", shapes=RESULTS)
+  stage_elbo_aux_examples: int = setting(
+      0, "refined_vi with --stage_elbo_aux: estimate each stage's ELBO_aux (and the start's) on "
+      "this many training examples, evenly spaced, their log-likelihood scaled to the whole set, "
+      "with the same weight draws at every stage (0: the whole set). The final ELBO_aux is always "
+      "the whole set's.", minimum=0, shapes=RESULTS, only_with="stage_elbo_aux")
   prepare_refinement: bool = setting(
       True, "refined_vi, refined_vogn on one device: trace (and with --jit_compile_refinement "
       "compile) the refinement on a second thread while VI trains, so that it starts at once "

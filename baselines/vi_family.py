@@ -148,7 +148,8 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
         model, schedule=AuxiliarySchedule.geometric(config.variance_ratio, config.num_auxiliary),
         steps_per_auxiliary=config.steps_per_auxiliary,
         learning_rate_rule=config.refine_learning_rate_rule, seed=config.seed,
-        elbo_num_samples=config.elbo_num_samples, stage_elbo_aux=config.stage_elbo_aux)
+        elbo_num_samples=config.elbo_num_samples, stage_elbo_aux=config.stage_elbo_aux,
+        stage_elbo_examples=config.stage_elbo_aux_examples)
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_aux_expected_log_likelihood"] = float(np.mean(refinement.expected_log_likelihood))

@@ -88,7 +88,9 @@ def write_refinement_trace(output_dir: str, refinement: RefinementResult, steps_
   write_csv_atomically(os.path.join(output_dir, TRACE_FILENAME), columns)
   stages = None
   if refinement.stage_elbo_aux is not None:
-    stages = np.concatenate([refinement.initial_elbo[None], refinement.stage_elbo_aux])
+    start = (refinement.initial_elbo if refinement.stage_elbo_start is None
+             else refinement.stage_elbo_start)
+    stages = np.concatenate([start[None], refinement.stage_elbo_aux])
     stage_columns = {"auxiliary_variable": np.arange(len(stages)),
                      "step": np.arange(len(stages)) * steps_per_auxiliary,
                      "elbo_aux_mean": stages.mean(axis=1), "elbo_aux_std": stages.std(axis=1)}

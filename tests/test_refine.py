@@ -8,6 +8,7 @@ from scipy.stats import multivariate_normal
 from auxiliary_sampling.elbo_estimate import _summed_log_likelihood, estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from baselines.background import BackgroundWork
@@ -295,6 +296,39 @@ def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples():
   assert stage_means[0] == pytest.approx(staged.trace[180:200].mean(), abs=10)
   assert np.all(stage_means[1:] > stage_means[0] - 3)
   assert staged.timings["stage_elbo_seconds"] > 0
+
+
+def test_stage_elbo_aux_on_a_subset_scales_it_to_the_whole_data():
+  """On data whose every example appears twice in a row, the even-strided half holds each example
+  once, so with a near-point posterior (draws do not matter) its scaled staircase equals the
+  whole-data one, stage 0 (the start) and the last stage (ELBO_aux) included; the samples are
+  unchanged. Catches the subset's log-likelihood left unscaled (planted: scale 1; fails by about
+  half the log-likelihood), the KL or the log ratios scaled with it, and a staircase whose ends mix
+  the subset's and the whole data's estimators."""
+  x, y = _toy_regression(128)
+  x, y = np.repeat(x, 2, axis=0), np.repeat(y, 2, axis=0)
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=200, batch_size=64,
+                   learning_rate=1e-2)
+  for parameter in mean_field_parameters(trained):
+    scale = parameter.untransformed_posterior_scale
+    scale.assign(tf.fill(scale.shape, -18.0))
+  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3),
+                  steps_per_auxiliary=50, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64, seed=1,
+                  stage_elbo_aux=True)
+  whole = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
+  half = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_examples=128,
+                **settings)
+  np.testing.assert_array_equal(half.elbo_aux, whole.elbo_aux)
+  np.testing.assert_array_equal(half.trace, whole.trace)
+  assert whole.stage_elbo_start is None and half.stage_elbo_aux.shape == (3, 4)
+  np.testing.assert_allclose(half.stage_elbo_start, whole.initial_elbo, rtol=1e-5)
+  np.testing.assert_allclose(half.stage_elbo_aux, whole.stage_elbo_aux, rtol=1e-5)
+  # Asking for all the examples (or more) is the whole-data staircase itself.
+  every = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_examples=256,
+                 **settings)
+  np.testing.assert_array_equal(every.stage_elbo_aux, whole.stage_elbo_aux)
+  assert every.stage_elbo_start is None
 
 
 def test_mismatched_architecture_is_a_clear_error():
