@@ -1,10 +1,14 @@
-"""The report's Tables 1 and 2: ours beside the paper's, with our distance from it in paper σ.
+"""The report's Tables 1-3: ours beside the paper's, with our distance from it in paper σ.
 
 Each cell reads "ours ± std over seeds" above "(paper mean ± std, ours − paper in the paper's
 std)". The numbers come from the benchmark's own table module (`uci.table`, `image.table`):
 its loader, its summary beside the paper's CSV, its columns and comparisons; the layout, the
 σ deviations and the checks from `common.tables` and `common.table_checks`. This module only
 formats them, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex).
+
+A table whose spec names evidence folders (`PaperTable.evidence`, Table 3) is laid out as a row
+group per folder, in the order named, each headed by its configuration and followed by what it
+shows; its checks are made per group. The others read every counted run of their benchmark.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import dataclasses
 import os
 import re
 from types import ModuleType
-from typing import Optional
+from typing import Optional, Sequence
 
 import pandas as pd
 
@@ -23,8 +27,21 @@ REPOSITORY = results_loader.REPOSITORY
 
 
 @dataclasses.dataclass(frozen=True)
+class EvidenceGroup:
+  """A folder of runs a table reports as its own row group, and what the group shows."""
+  folder: str   # relative to the results directory; read even below `ablations/`
+  label: str   # what the group is, in a few words (its configuration is read from its runs)
+  finding: Optional[str] = None   # one line on what it shows: our reading, so written, not computed
+  rows_by_folder: bool = False   # a row per run folder (variants of one setting), not per dataset
+
+
+@dataclasses.dataclass(frozen=True)
 class PaperTable:
-  """A paper table we reproduce: its number, title, benchmark and the module that builds it."""
+  """A paper table we reproduce: its number, title, benchmark and the module that builds it.
+
+  With `evidence`, the table shows those folders' runs only, a row group each, in that order; its
+  module then also gives `runs_frame(loaded runs)` and `configuration(runs) -> list of words`.
+  """
   number: int
   title: str
   benchmark: str
@@ -32,6 +49,7 @@ class PaperTable:
   latex_name: str
   readme: str   # the benchmark's README, relative to the repository: the "why" of differences
   description: str   # what the columns measure, in which units
+  evidence: tuple[EvidenceGroup, ...] = ()
 
 
 @dataclasses.dataclass
@@ -136,22 +154,37 @@ def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, outpu
   Cells beyond BEYOND_SIGMA are listed per dataset in `datasets` order, in the table's column
   order.
   """
-  module = spec.module
   lines = [f"- **Table {spec.number}** ({spec.title}):"]
+  lines += refined_checks(runs, table, spec.module.HIGHER_IS_BETTER)
+  return lines + paper_differences(spec, table, output_dir, datasets)
+
+
+def refined_checks(runs: pd.DataFrame, table: pd.DataFrame, higher_is_better: Sequence[str],
+                   indent: str = "  ", rows: str = "datasets") -> list[str]:
+  """Bullets: ELBO_aux ≥ ELBO per refined run; refined VI's mean ≥ VI's, per metric and row."""
+  lines = []
   refined = table_checks.elbo_aux_holds(runs)
   if len(refined):
     failed = ", ".join(f"{r['dataset']} seed {r['seed']}" for _, r in refined[~refined["holds"]]
                        .iterrows())
-    lines.append(f"  - ELBO_aux ≥ ELBO in {int(refined['holds'].sum())} of {len(refined)} "
+    lines.append(f"{indent}- ELBO_aux ≥ ELBO in {int(refined['holds'].sum())} of {len(refined)} "
                  "refined VI runs" + (f" (not: {failed})." if failed else "."))
-  for metric in module.HIGHER_IS_BETTER:
+  for metric in higher_is_better:
     better, compared = table_checks.refined_vs_vi(table, metric)
     if not compared:
       continue
     worse = sorted(set(compared) - set(better))
     name = tables.METRIC_TITLES[metric]
-    lines.append(f"  - Refined VI's mean {name} ≥ VI's on {len(better)} of {len(compared)} "
-                 "datasets" + (f" (not: {', '.join(worse)})." if worse else "."))
+    lines.append(f"{indent}- Refined VI's mean {name} ≥ VI's on {len(better)} of {len(compared)} "
+                 f"{rows}" + (f" (not: {', '.join(worse)})." if worse else "."))
+  return lines
+
+
+def paper_differences(spec: PaperTable, table: pd.DataFrame, output_dir: str,
+                      datasets: list[str]) -> list[str]:
+  """Bullets: the cells beyond BEYOND_SIGMA paper σ per dataset, then the README on why."""
+  module = spec.module
+  lines = []
   deviations = table_checks.paper_deviations(table, module.COMPARISONS)
   known = deviations.dropna(subset=["sigma"])
   column_order = {(method, metric): i for i, (method, metric, _) in enumerate(module.COLUMNS)}
@@ -191,19 +224,26 @@ def seeds_text(rows: list[list[str]]) -> str:
   return "Cells average the seeds in the last column (a/b: the row's methods differ)."
 
 
+def paper_rows(module: ModuleType, paper_dir: Optional[str] = None) -> list[str]:
+  """The paper's rows in its order (Table 3's are its variants: the module renames them)."""
+  paper = results_loader.load_paper_table(module.PAPER_CSV, paper_dir)
+  paper = paper.rename(columns={old: new for old, new in getattr(module, "PAPER_RENAMES", {})
+                                .items() if new == "dataset"})
+  return list(dict.fromkeys(paper["dataset"]))
+
+
 def table_report(spec: PaperTable, results_dir: str, output_dir: str,
                  paper_dir: Optional[str] = None) -> Optional[TableReport]:
-  """The table's report parts, or None when `results_dir` has no run of its benchmark."""
+  """The table's report parts, or None when `results_dir` has no run of its benchmark (of its
+  evidence folders, if the spec names them)."""
+  if spec.evidence:
+    return grouped_table_report(spec, results_dir, output_dir, paper_dir)
   if not results_loader.load_runs(results_dir, spec.benchmark):
     return None
   module = spec.module
   runs = module.load_runs(results_dir)
   table = module.summary(runs, paper_dir)
-  paper = results_loader.load_paper_table(module.PAPER_CSV, paper_dir)
-  # Table 3's rows are the paper's variants: the module says which column names them.
-  paper = paper.rename(columns={old: new for old, new in getattr(module, "PAPER_RENAMES", {})
-                                .items() if new == "dataset"})
-  order = list(dict.fromkeys(paper["dataset"]))
+  order = paper_rows(module, paper_dir)
   datasets = order + sorted(set(table["dataset"]) - set(order))
   header, rows = tables.layout_rows(table, module.COLUMNS, datasets, sigma_cell)
   seconds, num_runs = table_checks.machine_time(runs)
@@ -222,3 +262,113 @@ def table_report(spec: PaperTable, results_dir: str, output_dir: str,
              "paper's mean ± std and our distance from it in the paper's std.")
   return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, rows, caption),
                      differences(spec, runs, table, output_dir, datasets), seconds / 3600, num_runs)
+
+
+def rows_named_by_folder(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
+  """The runs with each row named by its run's folder below `folder`, without the seed folder
+  ("hybrid_bn/refined_vi_refit"); a run that filled several rows (a shared ensemble) fills one."""
+  def name(path: str) -> str:
+    parts = os.path.relpath(os.path.dirname(path), folder).split(os.sep)
+    if len(parts) > 1 and re.fullmatch(r"seed_\d+", parts[-1]):
+      parts = parts[:-1]
+    return "/".join(parts)
+  named = runs.assign(dataset=[name(path) for path in runs["path"]])
+  return named.drop_duplicates(subset=["path", "dataset", "method"], ignore_index=True)
+
+
+@dataclasses.dataclass
+class _Group:
+  """One evidence group's runs, summary and layout (or no runs)."""
+  number: int
+  spec: EvidenceGroup
+  folder: str   # as the report names it: under results_dir
+  runs: Optional[pd.DataFrame] = None
+  table: Optional[pd.DataFrame] = None
+  rows: Optional[list[list[str]]] = None
+  configuration: Optional[list[str]] = None
+
+
+def grouped_table_report(spec: PaperTable, results_dir: str, output_dir: str,
+                         paper_dir: Optional[str] = None) -> Optional[TableReport]:
+  """A table of row groups, one per evidence folder the spec names, in its order; None when no
+  folder has a run.
+
+  Each group: a heading line (number, label, configuration from its runs, folder), its rows,
+  its seeds and machine time, then what it shows. A folder without runs is listed as not run yet.
+  The checks under "Where we differ and why" are made per group and say which.
+  """
+  module = spec.module
+  evidence = results_loader.load_evidence(results_dir, [g.folder for g in spec.evidence],
+                                          spec.benchmark)
+  if not any(evidence.values()):
+    return None
+  order = paper_rows(module, paper_dir)
+  header: list[str] = []
+  groups = []
+  for number, group in enumerate(spec.evidence, 1):
+    part = _Group(number, group, os.path.join(results_dir, group.folder))
+    groups.append(part)
+    if not evidence[group.folder]:
+      continue
+    runs = module.runs_frame(evidence[group.folder])
+    if group.rows_by_folder:
+      runs = rows_named_by_folder(runs, part.folder)
+    part.runs, part.table = runs, module.summary(runs, paper_dir)
+    datasets = order + sorted(set(part.table["dataset"]) - set(order))
+    header, part.rows = tables.layout_rows(part.table, module.COLUMNS, datasets, sigma_cell)
+    part.configuration = module.configuration(runs)
+
+  markdown = [f"## Table {spec.number}: {spec.title}", "", spec.description, ""]
+  latex_rows = []
+  total_seconds, total_runs = 0.0, 0
+  for part in groups:
+    heading = f"**{part.number}. {part.spec.label}**"
+    if part.runs is None:
+      markdown += [f"{heading} (`{part.folder}`): not run yet.", ""]
+      continue
+    # A run that fills two rows (the shared ensemble) is one run and its time counts once.
+    seconds, num_runs = table_checks.machine_time(part.runs.drop_duplicates(subset="path"))
+    total_seconds, total_runs = total_seconds + seconds, total_runs + num_runs
+    markdown += [
+        f"{heading}: {', '.join(part.configuration)} (`{part.folder}`).", "",
+        "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+        *["| " + " | ".join(cells) + " |" for cells in part.rows], "",
+        f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", "",
+        "What it shows: " + (part.spec.finding or "not written up yet; its checks are under "
+                             "\"Where we differ and why\"."), ""]
+    latex_rows.append([f"{part.number}. {part.spec.label}"] + [""] * (len(header) - 1))
+    latex_rows += part.rows
+  shown = set().union(*(set(part.table["dataset"]) for part in groups if part.table is not None))
+  missing = [row for row in order if row not in shown]
+  markdown.append(
+      f"Machine time in all: {machine_time_text(total_seconds, total_runs)} (the sum of each "
+      "run's `timings.total_seconds`; VI training shared by vi, refined_vi and vi_equal_compute "
+      "counts once).")
+  if missing:
+    markdown += ["", f"Not run yet: {', '.join(missing)}."]
+  caption = (f"Table {spec.number}: {spec.title}, a row group per configuration. Ours (mean ± "
+             "std over seeds), below it the paper's mean ± std and our distance from it in the "
+             "paper's std.")
+  return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, latex_rows, caption),
+                     grouped_differences(spec, groups, output_dir, order), total_seconds / 3600,
+                     total_runs)
+
+
+def grouped_differences(spec: PaperTable, groups: list[_Group], output_dir: str,
+                        order: list[str]) -> list[str]:
+  """"Where we differ and why" for a table of row groups: the checks per group, saying which,
+  then the paper σ differences over every group's rows."""
+  lines = [f"- **Table {spec.number}** ({spec.title}):"]
+  for part in groups:
+    name = f"{part.number}. {part.spec.label} (`{part.folder}`"
+    if part.runs is None:
+      lines.append(f"  - {name}): not run yet.")
+      continue
+    checks = refined_checks(part.runs, part.table, spec.module.HIGHER_IS_BETTER, "    ", "rows")
+    lines.append(f"  - {name}; {', '.join(part.configuration[:2])}):"
+                 + ("" if checks else " no refined VI run to check."))
+    lines += checks
+  frames = [part.table for part in groups if part.table is not None]
+  table = pd.concat(frames, ignore_index=True)
+  datasets = order + sorted(set(table["dataset"]) - set(order))
+  return lines + paper_differences(spec, table, output_dir, datasets)

@@ -5,7 +5,8 @@ folder named `ablations`, `related` or `smoke` on their path below `results_dir`
 setting and related methods (VOGN, ...) are not the paper's: both have their own tables; smoke
 runs use synthetic data and are not results. The rule looks
 only below `results_dir`, so pointing `results_dir` at an ablation's folder (say
-`results/ablations/per_batch_weight_noise/uci`) reads that ablation.
+`results/ablations/per_batch_weight_noise/uci`) reads that ablation, and `load_evidence` reads the
+folders a benchmark names as its evidence (Table 3's row groups), wherever they lie.
 
 Everything reads through `load_runs`: `common.tables` (and the benchmarks' `table` modules built on
 it), and the report, which lays out Tables 1 and 2 by calling those `table` modules.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import pandas as pd
 
@@ -52,6 +53,33 @@ def load_runs(results_dir: str, benchmark: Optional[str] = None) -> list[LoadedR
     if benchmark is None or payload.get("benchmark") == benchmark:
       runs.append(LoadedRun(path, payload))
   return runs
+
+
+def _depth(folder: str) -> int:
+  return len(os.path.normpath(folder).split(os.sep))
+
+
+def _is_within(path: str, folder: str) -> bool:
+  relative = os.path.relpath(path, folder)
+  return relative != os.pardir and not relative.startswith(os.pardir + os.sep)
+
+
+def load_evidence(results_dir: str, folders: Sequence[str],
+                  benchmark: Optional[str] = None) -> dict[str, list[LoadedRun]]:
+  """{folder: its runs of `benchmark`} for each named folder (relative to `results_dir`).
+
+  A named folder is read even below `ablations/`: the exclusion rule applies only below it. A run
+  under two named folders (one inside the other) belongs to the deeper one only. A folder that does
+  not exist has no runs.
+  """
+  evidence: dict[str, list[LoadedRun]] = {folder: [] for folder in folders}
+  by_depth = sorted(folders, key=_depth, reverse=True)
+  for folder in folders:
+    for run in load_runs(os.path.join(results_dir, folder), benchmark):
+      owner = next(f for f in by_depth if _is_within(run.path, os.path.join(results_dir, f)))
+      if owner == folder:
+        evidence[folder].append(run)
+  return evidence
 
 
 def load_paper_table(name: str, paper_dir: Optional[str] = None) -> pd.DataFrame:

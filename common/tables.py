@@ -44,8 +44,17 @@ def load_runs(results_dir: str, benchmark: str,
   `adjust(run, row)` may rewrite a row in place (for example, change units); `row["path"]` names
   the run's results.json for its error messages.
   """
+  loaded = results_loader.load_runs(results_dir, benchmark)
+  if not loaded:
+    raise FileNotFoundError(f"no {benchmark} results.json under {results_dir}")
+  return runs_frame(loaded, adjust)
+
+
+def runs_frame(loaded: Sequence[results_loader.LoadedRun],
+               adjust: Optional[Callable[[dict, dict], None]] = None) -> pd.DataFrame:
+  """One row per loaded run (in the order given), as `load_runs` makes them."""
   rows = []
-  for path, run in results_loader.load_runs(results_dir, benchmark):
+  for path, run in loaded:
     row = {"dataset": run["dataset"], "method": run["method"], "seed": run["seed"],
            "git_commit": run["git_commit"],
            "git_commit_at_start": run.get("git_commit_at_start"), "path": path}
@@ -54,8 +63,6 @@ def load_runs(results_dir: str, benchmark: str,
     if adjust is not None:
       adjust(run, row)
     rows.append(row)
-  if not rows:
-    raise FileNotFoundError(f"no {benchmark} results.json under {results_dir}")
   return pd.DataFrame(rows)
 
 
