@@ -426,6 +426,7 @@ def test_sample_quality_scores_acting_on_a_sample():
   np.testing.assert_allclose(squared_error, [(np.array([3.0, -1.0, 2.0, -4.0]) - truth) ** 2])
 
 
+@needs_mushrooms
 def test_sample_quality_binary_learns_from_its_history(tmp_path):
   """Both kinds of samples, trained on 400 random-action rewards, act better than passing every
   mushroom (regret 5 x the edible fraction), the best policy blind to edibility; catches samples

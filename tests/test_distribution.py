@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+
+
+def _needs(folder: str):
+  """Skips a test whose offline data folder (under the data directory) is not here."""
+  return pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, folder)),
+                            reason=f"the offline {folder} data are not in {DATA}")
 UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
             "--steps_per_checkpoint=100", "--num_samples=3", "--num_auxiliary=2",
             "--steps_per_auxiliary=10", "--elbo_num_samples=2"]
@@ -232,6 +238,7 @@ def _uci(*flags, cpu_devices=2):
                         text=True, timeout=300, env=_environment(cpu_devices))
 
 
+@_needs("uci/boston_housing")
 @pytest.mark.parametrize("method,loop", [
     ("refined_vi", []), ("refined_vogn", []), ("refined_vi", ["--noise_chunk_steps=40"]),
     ("refined_vi", ["--nojit_compile", "--noise_chunk_steps=0"])])
@@ -255,6 +262,7 @@ def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, me
                                rtol=1e-5)
 
 
+@_needs("uci/boston_housing")
 def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path):
   """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
   trains on 2 replicas, as the binary does. Catches the strategy scope applied only by
@@ -276,6 +284,7 @@ main.train_and_evaluate(config, {str(tmp_path)!r})
   assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy"
 
 
+@_needs("mnist")
 def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
   """The image binary end to end on 2 replicas, its LeNet-5 computing in bfloat16."""
   completed = subprocess.run(
@@ -290,6 +299,7 @@ def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
   assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
 
 
+@_needs("fashion_mnist")
 def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_path):
   """ResNet-20 end to end on 2 replicas, augmented batches split by rows: one device's numbers.
 
@@ -313,6 +323,7 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
                                rtol=1e-4)
 
 
+@_needs("uci/boston_housing")
 @pytest.mark.parametrize("flags,cpu_devices,message", [
     (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),
