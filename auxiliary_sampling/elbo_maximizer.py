@@ -163,8 +163,15 @@ class ElboMaximizer(tf.Module):
                                                                         tf.int64), dtype=tf.int64)
 
   def _gather(self, data: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
-    """The rows `indices` of `data`, from each member's own group with `grouped_data`."""
-    data = tf.convert_to_tensor(data)   # a variable's current value (XLA gathers no resources)
+    """The rows `indices` of `data`, from each member's own group with `grouped_data`.
+
+    Data held in a variable are gathered from the variable itself, except under XLA (which gathers
+    no resources, and reads a variable's buffer without copying it). A variable once written
+    through a slice (a bandit's history, row by row) is in TensorFlow's copy-on-read mode: reading
+    it whole then copies all of it, at every step; gathering from it copies only the rows.
+    """
+    if self.loop_settings.jit_compile or not isinstance(data, tf.Variable):
+      data = tf.convert_to_tensor(data)
     if not self.grouped_data:
       return tf.gather(data, indices)
     members_per_group = self.member_batches // int(data.shape[0])

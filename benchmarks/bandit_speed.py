@@ -5,9 +5,10 @@
 Every agent (all seeds at once, as `bandits.main` runs them) is built with
 the paper's update settings (500 Adam steps per observed reward, 500
 refinement steps per refined sample, 3 samples, batches of 64; tests shrink
-the step counts with `--update_steps`, `--refine_steps`), given
-`--history` observations so that the compiled calls are traced and the
-batches come from a real history, and then timed over `--steps` bandit steps
+the step counts with `--update_steps`, `--refine_steps`), its history store
+as large as a `--horizon`-step run's, given `--history` observations so that
+the compiled calls are traced and the batches come from a real history, and
+then timed over `--steps` bandit steps
 in interleaved rounds (so machine load hits every agent alike). Reported per
 agent: bandit steps per second, seconds in `choose` and in `observe` per step,
 the milliseconds per Adam step of each loop, and the hours a run of
@@ -40,7 +41,8 @@ flags.DEFINE_string("output_dir", None, "Where results.json goes.")
 flags.DEFINE_integer("steps", 3, "Timed bandit steps per agent and round.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median round is reported.")
 flags.DEFINE_integer("history", 10, "Observations each agent has before the timing.")
-flags.DEFINE_integer("horizon", 5000, "Horizon of the projected run time.")
+flags.DEFINE_integer("horizon", 5000, "Bandit steps of the run whose time is projected; each "
+                     "agent's history store holds that many rows, as in that run.")
 flags.DEFINE_string("data_dir", None, "Directory holding mushroom/agaricus-lepiota.data.")
 flags.DEFINE_list("agents", list(PAPER_AGENTS), "Agents to time (any of the bandit binary's).")
 flags.DEFINE_list("loops", ["per_step", "compiled"], "Training loops to time: per_step, compiled.")
@@ -139,7 +141,10 @@ def main(argv):
     cli.require(bool(seeds) and all(seed.isdigit() for seed in seeds),
                 f"--seeds={','.join(seeds)}: allowed: non-negative integers")
     overrides["seeds"] = tuple(int(seed) for seed in seeds)
-  config = BanditConfig(horizon=flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps,
+  # Each agent's history store holds a --horizon run's rows, as in that run (at least the rows
+  # this benchmark fills).
+  config = BanditConfig(horizon=max(flags.FLAGS.horizon,
+                                    flags.FLAGS.history + flags.FLAGS.rounds * flags.FLAGS.steps),
                         **overrides)
   config.validate()
   mushrooms = mushroom.load(flags.FLAGS.data_dir or config.resolved_data_dir)

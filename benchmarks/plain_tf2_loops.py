@@ -1,4 +1,5 @@
-"""The step-floor workloads written out by hand in plain TensorFlow: VI, MNF and a deep ensemble.
+"""The step-floor workloads written out by hand in plain TensorFlow: VI, MNF, a deep ensemble and
+the mushroom bandit's mean-field update.
 
 Each rewrite starts from the initial values of one of our models (so it
 solves the same problem: `benchmarks.step_floor` checks the final objective)
@@ -22,6 +23,7 @@ import tensorflow as tf
 
 CHUNK = 100
 BATCH = 256
+BANDIT_BATCH = 64      # the mushroom bandit's (paper Section 4.3)
 LEARNING_RATE = 1e-3
 LOG_2PI = math.log(2.0 * math.pi)
 
@@ -320,3 +322,47 @@ def ensemble_workload(model, inputs, labels, epsilon: float) -> Workload:
 
   return Workload(objective, kernels + biases, [layer.kernel for layer in dense]
                   + [layer.bias for layer in dense], [], [num_members, BATCH], num_examples)
+
+
+def bandit_workload(model, inputs, labels) -> Workload:
+  """The mushroom bandit's update (`bandits.agents`, vi_ts): mean-field VI of one ReLU reward
+  network per member with N(0, 1) priors and local reparameterisation, member m on its own history
+  (inputs [M, N, F + 1]: the context, then the action 0/1; labels [M, N, 1]: the rewards), one
+  predicted reward per action of which the row's action is scored under a Gaussian of the model's
+  fixed noise scale; from the initial posterior of `model` (a `bandits.agents.RewardModel`)."""
+  dense = model.network_layers
+  parameters = [(layer.kernel, layer.bias) for layer in dense]
+  loc_sources = [p.posterior_loc for pair in parameters for p in pair]
+  raw_sources = [p.untransformed_posterior_scale for pair in parameters for p in pair]
+  locs, raws = _copies(loc_sources), _copies(raw_sources)
+  noise_scale = tf.constant(model.noise.noise_scale)            # [M, 1], fixed
+  inputs, rewards = tf.constant(inputs), tf.constant(labels)[..., 0]
+  num_members, num_examples = (int(size) for size in inputs.shape[:2])
+  batch = BANDIT_BATCH
+
+  def objective(indices, noises):
+    rows = tf.gather(inputs, indices, batch_dims=1)               # [M, B, F + 1]
+    batch_rewards = tf.gather(rewards, indices, batch_dims=1)     # [M, B]
+    scales = [tf.nn.softplus(raw) for raw in raws]
+    hidden = rows[..., :-1]
+    for layer, noise in enumerate(noises):
+      kernel, bias, kernel_scale, bias_scale = (locs[2 * layer], locs[2 * layer + 1],
+                                                scales[2 * layer], scales[2 * layer + 1])
+      mean = hidden @ kernel + bias[:, tf.newaxis]
+      variance = (tf.square(hidden) @ tf.square(kernel_scale)
+                  + tf.square(bias_scale)[:, tf.newaxis])
+      hidden = mean + tf.sqrt(variance) * tf.reshape(noise, tf.shape(mean))
+      if layer < len(noises) - 1:
+        hidden = tf.nn.relu(hidden)
+    predicted = tf.where(rows[..., -1] > 0.5, hidden[..., 1], hidden[..., 0])
+    log_likelihood = (-0.5 * LOG_2PI - tf.math.log(noise_scale)
+                      - 0.5 * tf.square((batch_rewards - predicted) / noise_scale))
+    kl = tf.add_n([tf.reduce_sum(0.5 * (tf.square(s) + tf.square(m)) - tf.math.log(s) - 0.5,
+                                 axis=list(range(1, len(m.shape))))
+                   for s, m in zip(scales, locs)])
+    return num_examples * tf.reduce_mean(log_likelihood, axis=-1) - kl
+
+  widths = [int(layer.kernel.posterior_loc.shape[-1]) for layer in dense]
+  return Workload(objective, locs + raws, loc_sources + raw_sources,
+                  [num_members * batch * width for width in widths], [num_members, batch],
+                  num_examples)

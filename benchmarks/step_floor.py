@@ -1,16 +1,23 @@
-"""How far our training loops are from TensorFlow's floor on the UCI network: three workloads.
+"""How far our training loops are from TensorFlow's floor: three UCI workloads and the bandit's.
 
   python -m benchmarks.step_floor --output_dir=results/benchmarks/step_floor [--steps=10000]
-      [--workloads=vi,mnf,ensemble]
+      [--workloads=vi,mnf,ensemble,bandit] [--variants=ours,...] [--threads=default,1]
 
-Workloads, each on 455 synthetic examples with 13 inputs, batch 256, Adam 1e-3,
-a 50-unit ReLU hidden layer, from the same initial values for every variant:
+Workloads, each with Adam 1e-3 from the same initial values for every variant;
+the first three on 455 synthetic examples with 13 inputs, batch 256, a 50-unit
+ReLU hidden layer:
   vi        mean-field VI (local reparameterisation, fixed N(0, 1) prior,
             Gaussian likelihood of scale 0.5);
   mnf       multiplicative normalizing flows (2 + 2 flow steps per layer,
             the same likelihood);
   ensemble  10 heteroscedastic members, each on its own batches, trained on
-            the clean and the fast-gradient-sign adversarial likelihood.
+            the clean and the fast-gradient-sign adversarial likelihood;
+  bandit    the mushroom bandit's vi_ts update (`bandits.agents`, built by
+            the bandit's own code): 5 seeds on the member axis, each with its
+            own history of 1,000 synthetic one-hot contexts (117 features),
+            actions and rewards in a 5,000-row store, its own batches of 64,
+            the 117-100-100-2 mean-field network, Gaussian likelihood of fixed
+            scale 1, KL over the number of observations.
 Variants:
   ours                  our library's loop (`ElboMaximizer` and the baselines'
                         layers), noise drawn inside each step;
@@ -28,11 +35,12 @@ Variants:
                         transcendentals are slow on this CPU).
 The floor of a workload is its fastest variant. Each measurement runs in its
 own process (rounds alternate between them, so a busy machine slows all
-alike), once with TensorFlow's default threads and once with one intra-op
-thread. Reported: ms per step excluding the traced warm-up (its seconds
-separately), and the mean objective over the last 1,000 steps, which shows
-that every variant solves the same problem. Run it on a quiet machine: other
-processes inflate every number.
+alike), with TensorFlow's default threads and with one intra-op thread
+(`--threads`). Reported: ms per step excluding the traced warm-up (its seconds
+separately), the process's CPU ms per step (all its threads; less sensitive to
+other processes than the wall time), and the mean objective over the last
+1,000 steps, which shows that every variant solves the same problem. Run it on
+a quiet machine: other processes inflate every number.
 """
 from __future__ import annotations
 
@@ -50,7 +58,7 @@ from common import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
-WORKLOADS = ("vi", "mnf", "ensemble")
+WORKLOADS = ("vi", "mnf", "ensemble", "bandit")
 VARIANTS = ("ours", "ours_chunked", "ours_xla", "plain_tf2", "plain_noise_outside",
             "xla_noise_outside")
 THREADS = ("default", "1")
@@ -60,6 +68,9 @@ BATCH, CHUNK = plain_tf2_loops.BATCH, plain_tf2_loops.CHUNK
 LEARNING_RATE = plain_tf2_loops.LEARNING_RATE
 ENSEMBLE_MEMBERS, ADVERSARIAL_EPSILON = 10, 0.01
 WARM_UP_STEPS = 200
+# The bandit workload: seeds on the member axis, filled rows of each member's history, the rows
+# its store holds (the paper's horizon), the fixed reward noise scale.
+BANDIT_SEEDS, BANDIT_ROWS, BANDIT_CAPACITY, BANDIT_NOISE_SCALE = (0, 1, 2, 3, 4), 1000, 5000, 1.0
 
 
 def _data(seed: int):
@@ -68,6 +79,37 @@ def _data(seed: int):
   labels = (np.tanh(inputs @ rng.normal(size=[INPUTS, 1])) +
             0.3 * rng.normal(size=[NUM_EXAMPLES, 1])).astype(np.float32)
   return inputs, labels
+
+
+def _bandit_data(seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each seed's history: inputs [seeds, rows, F + 1] (a one-hot value of each of the mushrooms'
+  22 attributes, then the action 0/1) and rewards [seeds, rows, 1] by the mushroom rule (pass 0;
+  eat 5, or for a poisonous mushroom -35 with probability 1/2), edibility a fixed function of the
+  context."""
+  from bandits import mushroom
+  rng = np.random.default_rng(seed)
+  shape = [len(BANDIT_SEEDS), BANDIT_ROWS]
+  contexts = np.concatenate([np.eye(len(values), dtype=np.float32)[rng.integers(0, len(values),
+                                                                                shape)]
+                             for values in mushroom.ATTRIBUTE_VALUES], axis=-1)
+  edible = contexts @ rng.normal(size=mushroom.NUM_FEATURES) > 0
+  actions = rng.integers(0, mushroom.NUM_ACTIONS, shape)
+  rewards = mushroom.rewards(edible, rng.random(shape) < mushroom.PROBABILITY_UNLUCKY, actions)
+  inputs = np.concatenate([contexts, actions[..., np.newaxis].astype(np.float32)], axis=-1)
+  return inputs, rewards[..., np.newaxis].astype(np.float32)
+
+
+def workload_data(workload: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """The workload's inputs and labels: the UCI-like examples, or the bandit's histories."""
+  return _bandit_data(seed) if workload == "bandit" else _data(seed)
+
+
+def batch_of(workload: str, inputs, labels, indices) -> tuple["tf.Tensor", "tf.Tensor"]:
+  """The examples `indices` pick ([B] of shared data, [M, B] of each member's own history)."""
+  import tensorflow as tf
+  batch_dims = 1 if workload == "bandit" else 0
+  return (tf.gather(inputs, indices, batch_dims=batch_dims),
+          tf.gather(labels, indices, batch_dims=batch_dims))
 
 
 def _gaussian_log_likelihood(labels, outputs):
@@ -91,7 +133,9 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   # NumPy too: the layers' noise streams take their seeds from it.
   seed_everything(seed)
   settings = LoopSettings(jit_compile=xla, noise_chunk_steps=CHUNK if chunked or xla else 0)
-  if workload == "vi":
+  if workload == "bandit":
+    model, maximizer = _bandit_update(inputs, labels, seed, settings)
+  elif workload == "vi":
     model = tf_keras.Sequential([
         DenseReparameterization(HIDDEN, activation="relu", trainable_prior_scale=False),
         DenseReparameterization(1, trainable_prior_scale=False)])
@@ -120,12 +164,34 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   return plain_tf2_loops.Loop(run, maximizer.tracing_count), model, maximizer
 
 
+def _bandit_update(inputs, labels, seed: int, settings) -> tuple:
+  """(reward model, maximizer) of a vi_ts agent built by the bandit's code under `settings`, its
+  histories holding `inputs` and `labels`: the maximizer is what every bandit step runs."""
+  from auxiliary_sampling.loop_settings import loop_settings_scope
+  from bandits import mushroom
+  from bandits.agents import make_agent
+  from bandits.config import BanditConfig
+  config = BanditConfig(agents=("vi_ts",), seeds=BANDIT_SEEDS, horizon=BANDIT_CAPACITY,
+                        batch_size=plain_tf2_loops.BANDIT_BATCH, learning_rate=LEARNING_RATE,
+                        noise_scale=str(BANDIT_NOISE_SCALE))
+  config.validate()
+  with loop_settings_scope(settings):
+    agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES, run_seed=seed)
+  rows = inputs.shape[1]
+  agent.history.inputs[:, :rows].assign(inputs)
+  agent.history.rewards[:, :rows].assign(labels)
+  agent.history.count.assign(rows)
+  return agent.model, agent.maximizer
+
+
 def rewritten(workload: str, model, inputs, labels) -> plain_tf2_loops.Workload:
   """The workload's plain-TF2 rewrite, starting from the current values of our `model`."""
   if workload == "vi":
     return plain_tf2_loops.vi_workload(model, inputs, labels, _gaussian_log_likelihood)
   if workload == "mnf":
     return plain_tf2_loops.mnf_workload(model, inputs, labels, _gaussian_log_likelihood)
+  if workload == "bandit":
+    return plain_tf2_loops.bandit_workload(model, inputs, labels)
   return plain_tf2_loops.ensemble_workload(model, inputs, labels, ADVERSARIAL_EPSILON)
 
 
@@ -139,7 +205,7 @@ def _hand_written(workload: str, inputs, labels, seed: int, noise_outside: bool,
 def measure(workload: str, variant: str, steps: int, seed: int) -> dict:
   """ms per step of `variant` of `workload` after a traced warm-up, the warm-up's seconds, and
   the final objective (ELBO or bound, the ensemble's per-member objective: member means)."""
-  inputs, labels = _data(seed)
+  inputs, labels = workload_data(workload, seed)
   if variant.startswith("ours"):
     loop, _, _ = _ours(workload, inputs, labels, seed, chunked=variant == "ours_chunked",
                     xla=variant == "ours_xla")
@@ -150,21 +216,23 @@ def measure(workload: str, variant: str, steps: int, seed: int) -> dict:
   loop.run(WARM_UP_STEPS)
   warm_up = time.perf_counter() - started
   traces_before = loop.tracing_count()
-  started = time.perf_counter()
+  started, cpu_started = time.perf_counter(), time.process_time()
   trace = np.asarray(loop.run(steps)).reshape(steps, -1)
-  seconds = time.perf_counter() - started
-  return {"ms_per_step": 1e3 * seconds / steps, "warm_up_seconds": warm_up,
+  seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+  return {"ms_per_step": 1e3 * seconds / steps, "cpu_ms_per_step": 1e3 * cpu_seconds / steps,
+          "warm_up_seconds": warm_up,
           "traces_while_timed": loop.tracing_count() - traces_before,
           "final_objective": float(np.mean(trace[-min(1000, steps):]))}
 
 
-def _workloads(value: str) -> list[str]:
-  workloads = [name for name in value.split(",") if name]
-  unknown = [name for name in workloads if name not in WORKLOADS]
-  cli.require(workloads and not unknown and len(set(workloads)) == len(workloads),
-              f"--workloads={value!r} is not allowed; allowed: distinct names among "
-              f"{', '.join(WORKLOADS)}")
-  return workloads
+def _names(flag: str, value: str, allowed: tuple[str, ...]) -> list[str]:
+  """The distinct names of a comma-separated flag, each one of `allowed`; else a usage error."""
+  names = [name for name in value.split(",") if name]
+  unknown = [name for name in names if name not in allowed]
+  cli.require(names and not unknown and len(set(names)) == len(names),
+              f"--{flag}={value!r} is not allowed; allowed: distinct names among "
+              f"{', '.join(allowed)}")
+  return names
 
 
 def main(argv):
@@ -180,7 +248,9 @@ def main(argv):
     workload, variant = options.only.split("/")
     print(json.dumps(measure(workload, variant, options.steps, options.seed)))
     return
-  workloads = _workloads(options.workloads)
+  workloads = _names("workloads", options.workloads, WORKLOADS)
+  variants = _names("variants", options.variants, VARIANTS)
+  threads_settings = _names("threads", options.threads, THREADS)
   cli.require(bool(options.output_dir), "--output_dir is required")
 
   def measure_one(key):
@@ -191,12 +261,13 @@ def main(argv):
         {"TF_NUM_INTRAOP_THREADS": None if threads == "default" else threads})
 
   rounds = fresh_process.interleaved_rounds(
-      [(workload, variant, threads) for workload in workloads for threads in THREADS
-       for variant in VARIANTS], options.rounds, measure_one)
+      [(workload, variant, threads) for workload in workloads for threads in threads_settings
+       for variant in variants], options.rounds, measure_one)
   command = " ".join(["python -m benchmarks.step_floor"] + sys.argv[1:])
   results = {f"{workload}/{variant}/threads_{threads}": {
       "ms_per_step": statistics.median(r["ms_per_step"] for r in values),
       "ms_per_step_rounds": [r["ms_per_step"] for r in values],
+      "cpu_ms_per_step": statistics.median(r["cpu_ms_per_step"] for r in values),
       "warm_up_seconds": statistics.median(r["warm_up_seconds"] for r in values),
       "traces_while_timed": sum(r["traces_while_timed"] for r in values),
       "final_objective": values[0]["final_objective"]}
@@ -215,11 +286,12 @@ def main(argv):
 
 def _table(results: dict, command: str, steps: int, rounds: int) -> str:
   """speed.md: every workload's variants against its floor (its fastest variant)."""
-  lines = [f"# Our training loops against TensorFlow's floor: UCI 13-50 network, batch {BATCH}",
+  lines = [f"# Our training loops against TensorFlow's floor: UCI 13-50 network, batch {BATCH};"
+           f" bandit {len(BANDIT_SEEDS)} x 117-100-100-2, batch {plain_tf2_loops.BANDIT_BATCH}",
            "", f"Command: `{command}` ({steps:,} timed steps, median of {rounds} alternating "
            "rounds)", "",
-           "| workload | variant | threads | ms per step | × floor | warm-up (s) | "
-           "final objective |", "|---|---|---|---|---|---|---|"]
+           "| workload | variant | threads | ms per step | × floor | CPU ms per step | "
+           "warm-up (s) | final objective |", "|---|---|---|---|---|---|---|---|"]
   for workload in dict.fromkeys(name.split("/")[0] for name in results):
     rows = {name: row for name, row in results.items() if name.startswith(workload + "/")}
     floor = min(row["ms_per_step"] for row in rows.values())
@@ -227,7 +299,8 @@ def _table(results: dict, command: str, steps: int, rounds: int) -> str:
       _, variant, threads = name.split("/")
       lines.append(f"| {workload} | {variant} | {threads.removeprefix('threads_')} | "
                    f"{row['ms_per_step']:.3f} | {row['ms_per_step'] / floor:.2f} | "
-                   f"{row['warm_up_seconds']:.1f} | {row['final_objective']:,.1f} |")
+                   f"{row['cpu_ms_per_step']:.3f} | {row['warm_up_seconds']:.1f} | "
+                   f"{row['final_objective']:,.1f} |")
   return "\n".join(lines) + "\n"
 
 
@@ -237,6 +310,11 @@ if __name__ == "__main__":
                       "Measure one workload/variant in this process and print JSON.")
   flags.DEFINE_string("workloads", ",".join(WORKLOADS),
                       f"Comma-separated workloads to measure, among {', '.join(WORKLOADS)}.")
+  flags.DEFINE_string("variants", ",".join(VARIANTS),
+                      f"Comma-separated variants to measure, among {', '.join(VARIANTS)}.")
+  flags.DEFINE_string("threads", ",".join(THREADS),
+                      "Comma-separated intra-op thread settings to measure each variant with: "
+                      "default (TensorFlow's) and 1.")
   flags.DEFINE_integer("steps", 10_000, "Timed steps per measurement (a multiple of 100).")
   flags.DEFINE_integer("rounds", 3, "Alternating rounds; the median is reported.")
   flags.DEFINE_integer("seed", 0, "Seed of the data, the initialisation and the noise.")

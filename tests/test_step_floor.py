@@ -10,7 +10,7 @@ from auxiliary_sampling.noise import recorded_draws, supplied_draws
 from benchmarks import step_floor
 
 # Steps per measurement: enough for the objective to settle within the tolerance below.
-STEPS = {"vi": 1000, "mnf": 500, "ensemble": 500}
+STEPS = {"vi": 1000, "mnf": 500, "ensemble": 500, "bandit": 100}
 
 
 @pytest.mark.parametrize("workload", step_floor.WORKLOADS)
@@ -35,13 +35,14 @@ def test_each_rewrite_is_our_objective_and_gradient_given_the_same_draws(workloa
   batch and the same normals (ours answered through `supplied_draws`, the mechanism its chunks
   use). Exact to round-off, so it catches what the final-objective test is too loose for:
   MNF's flow masks inverted ended 1.2 % off after 500 steps and passed that test; here it fails
-  (planted), as would a flipped adversarial sign or a KL term dropped."""
-  inputs, labels = step_floor._data(0)
+  (planted), as would a flipped adversarial sign or a KL term dropped, or the bandit's rewrite
+  scoring the other action's output or gathering another member's history."""
+  inputs, labels = step_floor.workload_data(workload, 0)
   _, model, maximizer = step_floor._ours(workload, inputs, labels, 0)
   rewrite = step_floor.rewritten(workload, model, inputs, labels)
   rng = np.random.default_rng(1)
-  indices = rng.integers(0, len(inputs), size=rewrite.batch_shape)
-  batch_inputs, batch_labels = tf.gather(inputs, indices), tf.gather(labels, indices)
+  indices = rng.integers(0, rewrite.num_examples, size=rewrite.batch_shape)
+  batch_inputs, batch_labels = step_floor.batch_of(workload, inputs, labels, indices)
 
   def ours():
     return (maximizer.expected_log_likelihood_on_batch(batch_inputs, batch_labels)
@@ -78,6 +79,8 @@ def test_our_variant_is_a_function_of_its_seed():
     (["--workloads=vi,nmf"], "--workloads='vi,nmf' is not allowed"),
     (["--workloads=vi,vi"], "--workloads='vi,vi' is not allowed"),
     (["--only=mnf/fastest"], "--only='mnf/fastest' is not allowed"),
+    (["--variants=ours,fastest"], "--variants='ours,fastest' is not allowed"),
+    (["--threads=2"], "--threads='2' is not allowed"),
 ])
 def test_bad_workloads_are_one_usage_line(tmp_path, arguments, expected):
   """A mistyped or repeated workload stops before measuring anything, exit 2, nothing written."""
