@@ -85,7 +85,9 @@ def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_sh
   layer(x)
   _randomise(layer, 5)
   draws = np.stack([layer(x, weight_noise="per_batch").numpy() for _ in range(3000)])
-  assert np.array_equal(draws[:, 0], draws[:, -1])
+  # Equal up to round-off: TensorFlow's CPU convolution without oneDNN sums in an order that
+  # depends on the batch position, so equal examples can differ in the last bit.
+  np.testing.assert_allclose(draws[:, 0], draws[:, -1], rtol=1e-6, atol=1e-6)
   assert not np.allclose(draws[0], draws[1])
   mean, variance = (t.numpy() for t in _closed_form_moments(layer, x))
   assert np.abs(draws.mean(0) - mean).max() < 5 * np.sqrt(variance.max() / 3000)
