@@ -3,9 +3,6 @@ on are refined on the history, vi_ts averages distinct posterior draws, the rewa
 scale is fixed or learned as asked, untrained agents explore both actions, and a diverged model
 stops the run."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,20 +13,8 @@ from bandits import mushroom, regret_sources
 from bandits.agents import make_agent
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
-needs_mushrooms = pytest.mark.skipif(
-    not os.path.exists(os.path.join(DATA, mushroom.RELATIVE_PATH)),
-    reason="the offline mushroom file is not here")
-TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
-            epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
-            data_dir=DATA, download=False, jit_compile=False)
-
-
-@pytest.fixture(scope="module")
-def mushrooms():
-  return mushroom.load(DATA, download_allowed=False)
+# The bandit tests' data, tiny settings and binary runner (one definition for both files).
+from tests.test_bandits import DATA, TINY, _run, mushrooms, needs_mushrooms  # noqa: F401
 
 
 def _fill_history(agent, mushrooms, rows: int, rng: np.random.Generator) -> None:
@@ -142,11 +127,6 @@ def test_a_diverged_agent_is_a_failure_not_a_result(tmp_path, agent_name):
   with pytest.raises(FloatingPointError, match=f"{agent_name}: non-finite .* at bandit step 1 "):
     bandit_main.train_and_evaluate(config, str(tmp_path))
   assert not (tmp_path / "results.json").exists()
-
-
-def _run(*flags):
-  return subprocess.run([sys.executable, "-m", "bandits.main", *flags], capture_output=True,
-                        text=True, cwd=REPO, check=False)
 
 
 @needs_mushrooms
