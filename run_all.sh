@@ -37,7 +37,7 @@ if [[ "$scale" == smoke ]]; then
 else
   uci/run_table.sh --output_root="$output_root" --jobs=2
 fi
-python -m uci.table --results_dir="$output_root/uci" --output_dir="$output_root/uci"
+python -m report.uci_table --results_dir="$output_root/uci" --output_dir="$output_root/uci"
 python -m benchmarks.uci_timings --results_dir="$output_root/uci" --output_dir="$output_root/benchmarks/uci_timings"
 # LeNet-5 (Table 2, Figure 4): smoke = every method on 1,024 MNIST digits and a CIFAR-10 run on synthetic
 # files in the real format; paper = MNIST and Fashion-MNIST, every method, seeds 0-2 (CIFAR-10 needs the data:
@@ -54,5 +54,5 @@ else
   image/run_table.sh --output_root="$output_root" --seeds="0 1 2" --jobs=2 -- --steps_per_checkpoint=1000
   python -m benchmarks.image_speed --output_dir="$output_root/benchmarks/image_speed"
 fi
-python -m image.table --results_dir="$output_root/image" --output_dir="$output_root/image"
+python -m report.image_table --results_dir="$output_root/image" --output_dir="$output_root/image"
 python -m report.main --results_dir="$output_root" --output_dir="$output_root/report" --format=latex

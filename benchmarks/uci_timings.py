@@ -16,9 +16,9 @@ import os
 from absl import flags
 
 from common import cli
-from common.report_appendix import to_markdown
+from report.appendix import to_markdown
 from common.results import atomic_output, write_results
-from uci.table import load_runs, timings
+from report.uci_table import load_runs, timings
 
 flags.DEFINE_string("results_dir", "results/uci", "Where the UCI runs' results.json files are.")
 flags.DEFINE_string("output_dir", "results/benchmarks/uci_timings",

@@ -25,10 +25,11 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli, paired_runs
-from common.report_appendix import to_markdown
+from common import cli
 from common.results import atomic_output, write_results
-from uci.table import load_runs
+from report import paired_runs
+from report.appendix import to_markdown
+from report.uci_table import load_runs
 
 METRICS = ("test_mll", "elbo_aux", "refine_to_train")
 

@@ -10,9 +10,9 @@ import csv
 import os
 from typing import Optional
 
-from common import results_loader
-from common.report_tables import minus_sign, readme_link
-from image.table import DATASETS as IMAGE_DATASETS
+from report import results_loader
+from report.image_table import DATASETS as IMAGE_DATASETS
+from report.paper_comparison import minus_sign, readme_link
 
 
 def _number(value: float, spec: str = ".3f") -> str:
@@ -185,7 +185,7 @@ def figure5(results_dir: str, output_dir: str) -> str:
   """Thompson sampling on the mushroom bandit: per group of runs made with the same settings (an
   agent's seeds may come from several runs), its plot, table, settings and verdict."""
   from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
-  from bandits import regret_sources  # pylint: disable=import-outside-toplevel
+  from report import bandit_regret_sources  # pylint: disable=import-outside-toplevel
   title = "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\n"
   parts = []
   for number, folders in enumerate(_bandit_run_groups(results_dir), 1):
@@ -205,15 +205,17 @@ def figure5(results_dir: str, output_dir: str) -> str:
     seconds = sum(run.payload.get("timings", {}).get("total_seconds", 0.0)
                   for folder in folders for run in results_loader.load_runs(folder, "bandits"))
     runs = ", ".join(f"`{os.path.relpath(folder, results_dir)}`" for folder in folders)
-    sources = regret_sources.line_summary_table(regret_sources.regret_sources(records)).strip()
+    sources = bandit_regret_sources.line_summary_table(
+        bandit_regret_sources.regret_sources(records)).strip()
     parts.append(
         f"{_image(path, output_dir, 'Figure 5') or ''}\n\n{table}\n\n"
         f"Cumulative expected regret, mean ± std over each line's seeds (the table's seeds "
         f"column), at {scale}; from {runs}. Final: {_regret_verdict(records)} Machine time "
         f"{seconds / 3600:.1f} h.\n\n"
-        f"Where the regret comes from, mean over each line's seeds (`bandits.regret_sources`: "
-        f"15 per poisonous mushroom eaten, 5 per edible one passed; a seed stopped eating if it "
-        f"ate under 5 % of its second half's mushrooms):\n\n{sources}\n")
+        f"Where the regret comes from, mean over each line's seeds "
+        f"(`report.bandit_regret_sources`: 15 per poisonous mushroom eaten, 5 per edible one "
+        f"passed; a seed stopped eating if it ate under 5 % of its second half's mushrooms):"
+        f"\n\n{sources}\n")
   if not parts:
     return title + "Not run yet.\n"
   return title + "\n".join(parts) + (

@@ -7,7 +7,7 @@ writes, in `output_dir`:
   (ours, the paper's mean ± std and our distance from it in paper σ; seeds and machine time per
   table), what is not run yet, and "Where we differ and why", computed from the runs;
 - `appendix.md` and `<benchmark>.csv`: every metric of every counted results.json
-  (`common.report_appendix`);
+  (`report.appendix`);
 - with `--format=latex`, also `table1_uci.tex`, `table2_lenet5.tex`, `table3_resnet20.tex`.
 
 Everything is computed before anything is written, and each file is written atomically.
@@ -17,35 +17,14 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from common import report_appendix, report_tables, results_loader
-from report import figures as report_figures
 from common.config import UsageError
 from common.results import atomic_output
-from image import table as image_table
-from resnet import table as resnet_table
-from uci import table as uci_table
+from report import (appendix, figures, image_related_table, image_table, misso_figure,
+                    paper_comparison, resnet_table, results_loader, uci_related_table, uci_table)
 
-PAPER_TABLES = (
-    report_tables.PaperTable(
-        1, "UCI regression, one hidden layer of 50 units", "uci", uci_table, "table1_uci.tex",
-        "uci/README.md", "Test MLL per point in the original units of y, as in the paper; the "
-        "ELBOs on the training set, turned into original units with each run's recorded std of "
-        "the training targets."),
-    report_tables.PaperTable(
-        2, "LeNet-5 image classification", "image", image_table, "table2_lenet5.tex",
-        "image/README.md", "Test MLL and accuracy of the predictive averaged over the refined "
-        "samples (the ensemble's members for deep ensembles); the ELBOs on the training set. ECE "
-        "and Brier score are in [image.csv](image.csv)."),
-    report_tables.PaperTable(
-        3, "ResNet-20 image classification", "resnet", resnet_table, "table3_resnet20.tex",
-        "resnet/README.md", "The paper's rows are CIFAR-10, which is not on the machines these "
-        "runs were made on; rows named after another dataset are evidence on real images at the "
-        "reduced schedule their results.json records (no paper value to compare with), a row group "
-        "per configuration, each headed by the settings its runs recorded. Test MLL and accuracy "
-        "of the predictive over M samples (the ensemble's members); the ELBOs on the training "
-        "set.",
-        resnet_table.EVIDENCE_GROUPS),
-)
+# The paper's tables, in order: each module declares its `PAPER_TABLE` (which table, the folder of
+# runs or the evidence folders it reports).
+TABLE_MODULES = (uci_table, image_table, resnet_table)
 FORMATS = ("markdown", "latex")
 
 INTRO = """# Refined VI: our results beside the paper's
@@ -73,7 +52,7 @@ def _data_section(csv_names: list[str], latex_names: list[str], results_dir: str
   lines = ["## Data", "",
            f"- Every metric of every run group: [appendix.md](appendix.md), and as CSV "
            f"{', '.join(links)} (mean, std and run count per benchmark, dataset and method)."]
-  for spec in PAPER_TABLES:
+  for spec in (module.PAPER_TABLE for module in TABLE_MODULES):
     folder = os.path.join(results_dir, spec.benchmark)
     found = [name for name in ("table.csv", "checks.md") if os.path.exists(
         os.path.join(folder, name))]
@@ -86,15 +65,16 @@ def _data_section(csv_names: list[str], latex_names: list[str], results_dir: str
   return "\n".join(lines) + "\n"
 
 
-# The related methods' comparison tables (results/related/, written by <benchmark>.related_table
-# and the figure modules), each with the heading it gets if the file has none.
-RELATED_TABLES = (("uci_table.md", None), ("fpovi_table8.md", None), ("image_table.md", None),
-                  (os.path.join("misso", "figure1.md"), None),
-                  (os.path.join("bandits", "mushroom_updates_50", "figure5_cumulative_regret.md"),
-                   "Mushroom bandit, 50 update steps: Thompson sampling with SVGD and f-SVGD "
-                   "particles beside Figure 5's agents (cumulative expected regret, mean ± std "
-                   "over seeds 0-4; the particle agents ran the first 1,000 steps of the "
-                   "same streams, luck included)"))
+# The related methods' comparison tables under <results_dir>/related, as the modules that write
+# them name them (`RELATED_SECTIONS`), then the particle agents' bandit figure, which
+# `bandits.figure` drew into that experiment's folder, with the heading its file lacks.
+RELATED_MODULES = (uci_related_table, image_related_table, misso_figure)
+RELATED_TABLES = (
+    *((name, None) for module in RELATED_MODULES for name in module.RELATED_SECTIONS),
+    (os.path.join("bandits", "mushroom_updates_50", "figure5_cumulative_regret.md"),
+     "Mushroom bandit, 50 update steps: Thompson sampling with SVGD and f-SVGD particles beside "
+     "Figure 5's agents (cumulative expected regret, mean ± std over seeds 0-4; the particle "
+     "agents ran the first 1,000 steps of the same streams, luck included)"))
 
 
 def _related_section(results_dir: str, output_dir: str) -> str:
@@ -135,10 +115,10 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
                      "ablations or smoke are not counted)")
   if output_format not in FORMATS:
     raise UsageError(f"--format={output_format}; allowed: {', '.join(FORMATS)}")
-  tables = [report_tables.table_report(spec, results_dir, output_dir, paper_dir)
-            for spec in PAPER_TABLES]
+  tables = [paper_comparison.table_report(module, results_dir, output_dir, paper_dir)
+            for module in TABLE_MODULES]
   tables = [table for table in tables if table is not None]
-  appendix_text, csvs = report_appendix.appendix(results_dir, output_dir, paper_dir)
+  appendix_text, csvs = appendix.appendix(results_dir, output_dir, paper_dir)
   files: dict[str, object] = {f"{name}.csv": frame for name, frame in csvs.items()}
   files["appendix.md"] = appendix_text
   latex_names = []
@@ -148,14 +128,14 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       latex_names.append(table.spec.latex_name)
   present = {table.spec.number for table in tables}
   sections = [INTRO.format(num_runs=num_runs, results_dir=results_dir,
-                           beyond=report_tables.BEYOND_SIGMA),
-              report_figures.figure2(results_dir, output_dir),
-              report_figures.figure3(results_dir, output_dir),
-              report_figures.figure4(results_dir, output_dir)]
+                           beyond=paper_comparison.BEYOND_SIGMA),
+              figures.figure2(results_dir, output_dir),
+              figures.figure3(results_dir, output_dir),
+              figures.figure4(results_dir, output_dir)]
   sections += [table.markdown for table in tables]
-  sections += [f"**Table {spec.number}** ({spec.title}): not run yet.\n" for spec in PAPER_TABLES
-               if spec.number not in present]
-  sections.append(report_figures.figure5(results_dir, output_dir))
+  sections += [f"**Table {module.PAPER_TABLE.number}** ({module.PAPER_TABLE.title}): not run "
+               "yet.\n" for module in TABLE_MODULES if module.PAPER_TABLE.number not in present]
+  sections.append(figures.figure5(results_dir, output_dir))
   differences = [line for table in tables for line in table.differences]
   sections.append("## Where we differ and why\n\n" + (
       "\n".join(differences) if differences else "No table has runs yet.") + "\n")
@@ -196,7 +176,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("output_dir", "results/report",
                       "Where REPORT.md, appendix.md, the CSVs and the LaTeX tables go.")
   flags.DEFINE_string("paper_dir", None,
-                      "Directory of the paper's table CSVs (default common/paper_tables).")
+                      "Directory of the paper's table CSVs (default report/paper_tables).")
   flags.DEFINE_enum("format", "markdown", list(FORMATS),
                     "markdown: REPORT.md, appendix.md and the CSVs; latex: also Tables 1 and 2 "
                     "as .tex files.")

@@ -9,10 +9,11 @@ import pytest
 import tensorflow as tf
 
 from bandits import main as bandit_main
-from bandits import mushroom, regret_sources
+from bandits import mushroom
 from bandits.agents import make_agent
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord
+from report import bandit_regret_sources
 # The bandit tests' data, tiny settings and binary runner (one definition for both files).
 from tests.test_bandits import DATA, TINY, _run, mushrooms, needs_mushrooms  # noqa: F401
 
@@ -191,15 +192,15 @@ def test_quarter_diagnostics_give_eat_rates_and_gaps_by_class():
                         rewards=np.zeros([1, 1, steps]), expected_regret=expected[None, None],
                         realised_regret=expected[None, None], seconds=1.0,
                         predicted_gap=gaps[None, None])
-  np.testing.assert_array_equal(regret_sources.mushroom_classes(actions, expected), edible)
-  rows = regret_sources.quarter_diagnostics([record])
+  np.testing.assert_array_equal(bandit_regret_sources.mushroom_classes(actions, expected), edible)
+  rows = bandit_regret_sources.quarter_diagnostics([record])
   assert [(row["first_step"], row["last_step"]) for row in rows] == [(1, 2), (3, 4), (5, 6),
                                                                      (7, 8)]
   assert [row["edible"]["eat_rate"] for row in rows] == [1.0, 0.0, 1.0, 0.0]
   assert [row["poisonous"]["eat_rate"] for row in rows] == [1.0, 0.0, 0.0, 1.0]
   assert [row["edible"]["mean_gap"] for row in rows] == [-3.0, -1.0, 1.0, 3.0]
   assert [row["poisonous"]["mean_gap"] for row in rows] == [-2.0, 0.0, 2.0, 4.0]
-  table = regret_sources.quarter_table(rows)
+  table = bandit_regret_sources.quarter_table(rows)
   assert "| vi_ts | 3 | 7-8 | 0% | 100% | +3.00 | +4.00 |" in table
   without_gaps = RegretRecord(**{**record.__dict__, "predicted_gap": None})
-  assert regret_sources.quarter_diagnostics([without_gaps])[0]["edible"]["mean_gap"] is None
+  assert bandit_regret_sources.quarter_diagnostics([without_gaps])[0]["edible"]["mean_gap"] is None

@@ -345,7 +345,7 @@ def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_pat
   path.write_bytes(whole[:200])
   with pytest.raises(RuntimeError, match="regret_vi_ts.npz is not a regret record"):
     RegretRecord.load(str(path))
-  for module in ("bandits.figure", "bandits.regret_sources"):
+  for module in ("bandits.figure", "report.bandit_regret_sources"):
     completed = subprocess.run(
         [sys.executable, "-m", module, f"--run_dirs={tmp_path / 'run'}",
          f"--output_dir={tmp_path / module}"],
@@ -492,7 +492,7 @@ def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
   cumulative regret (whole run and second half), and an agent that stopped eating shows as
   every edible mushroom passed. Catches the two regrets swapped (planted: 5 for poisonous
   eaten; fails) and a second half taken from the wrong end."""
-  from bandits import regret_sources
+  from report import bandit_regret_sources
   rng = np.random.default_rng(0)
   steps = 40
   edible = rng.random([2, steps]) < 0.5
@@ -504,7 +504,7 @@ def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
   record = RegretRecord(line_names=["vi_ts"], seeds=[0, 1], actions=actions,
                         rewards=np.zeros(actions.shape), expected_regret=regret,
                         realised_regret=regret, seconds=1.0)
-  rows = regret_sources.regret_sources([record], second_half_from=30)
+  rows = bandit_regret_sources.regret_sources([record], second_half_from=30)
   for row, seed_actions, seed_edible in zip(rows, actions[:, 0], edible):
     eaten = seed_actions == mushroom.EAT
     assert row["whole"]["poisonous_eaten"] == np.sum(eaten & ~seed_edible)
@@ -514,20 +514,20 @@ def test_regret_sources_split_each_seeds_regret_into_its_two_mistakes(tmp_path):
     assert row["whole"]["regret"] == pytest.approx(row["cumulative_regret"])
     assert row["second_half"]["regret"] == pytest.approx(regret[row["seed"], 0, 30:].sum())
   assert rows[1]["whole"]["eaten"] == 0 and rows[1]["whole"]["edible_passed"] == edible[1].sum()
-  table = regret_sources.regret_sources_table(rows)
+  table = bandit_regret_sources.regret_sources_table(rows)
   assert "| vi_ts | 1 |" in table and "from step 31" in table
-  summary = regret_sources.line_summary_table(rows)
+  summary = bandit_regret_sources.line_summary_table(rows)
   assert summary.splitlines()[-1].startswith("| vi_ts | 0,1 |")
   assert summary.splitlines()[-1].endswith("| 1 of 2 (1) |")   # seed 1 never eats
   with pytest.raises(ValueError, match="expected regret 3.0 for action"):
-    regret_sources.mistakes(np.array([1]), np.array([3.0]))
+    bandit_regret_sources.mistakes(np.array([1]), np.array([3.0]))
   corrupt = RegretRecord(line_names=["vi_ts"], seeds=[4], actions=np.ones([1, 1, 2], np.int64),
                          rewards=np.zeros([1, 1, 2]), expected_regret=np.full([1, 1, 2], 3.0),
                          realised_regret=np.zeros([1, 1, 2]), seconds=1.0)
   with pytest.raises(ValueError, match="vi_ts, seed 4: step 1: expected regret 3.0"):
-    regret_sources.regret_sources([corrupt])
+    bandit_regret_sources.regret_sources([corrupt])
   with pytest.raises(ValueError, match="horizons differ"):
-    regret_sources.regret_sources([record, corrupt])
+    bandit_regret_sources.regret_sources([record, corrupt])
 
 
 def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_horizon(tmp_path):
@@ -538,7 +538,7 @@ def test_regret_sources_binary_writes_its_table_and_refuses_a_step_past_the_hori
                expected_regret=np.array([[[15, 0, 5, 0, 0, 0, 15]]] * 2, np.float32),
                realised_regret=np.zeros([2, 1, 7]), seconds=1.0
                ).save(str(path / "regret_vi_ts.npz"))
-  command = [sys.executable, "-m", "bandits.regret_sources", f"--run_dirs={path}",
+  command = [sys.executable, "-m", "report.bandit_regret_sources", f"--run_dirs={path}",
              f"--output_dir={tmp_path / 'sources'}"]
   completed = subprocess.run(command + ["--second_half_from=7"], capture_output=True, text=True,
                              cwd=REPO, check=False)

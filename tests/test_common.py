@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from auxiliary_sampling import predictive
-from common import report_appendix, results_loader, tables
-from report import main as report
 from common.results import write_results
 from common.seeding import seed_everything
+from report import appendix, results_loader, tables
+from report import main as report
 
 
 def test_results_file_has_the_conventions(tmp_path):
@@ -108,15 +108,15 @@ def test_report_appendix_places_the_paper_beside_every_metric(tmp_path):
                 metrics={"test_mll": -5.0}, timings={})
   write_results(str(tmp_path / "smoke" / "uci" / "vi"), benchmark="uci", dataset="boston_housing",
                 method="vi", seed=0, flags={}, metrics={"test_mll": -9.0}, timings={})
-  frame = report_appendix.load_results(str(tmp_path))
+  frame = appendix.load_results(str(tmp_path))
   assert len(frame) == 2   # ablation runs have their own tables; smoke runs are not results
-  table = report_appendix.summarise(frame, ["test_mll", "elbo"])
+  table = appendix.summarise(frame, ["test_mll", "elbo"])
   row = table[(table.dataset == "boston_housing") & (table.method == "vi")].iloc[0]
   assert row["test_mll_mean"] == pytest.approx(-2.8)
   assert row["test_mll_std"] == pytest.approx(np.std([-2.9, -2.7], ddof=1))
   assert row["runs"] == 2
   paper = results_loader.load_paper_table("table1_uci.csv")
-  joined = report_appendix.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
+  joined = appendix.beside_paper(table, paper, {"test_mll": "mll", "elbo": "elbo"})
   joined_row = joined[(joined.dataset == "boston_housing") & (joined.method == "vi")].iloc[0]
   assert joined_row["paper_mll_mean"] == pytest.approx(-2.874)
   report.write_report(str(tmp_path), str(tmp_path / "report"))
@@ -142,7 +142,7 @@ def test_one_loader_skips_ablations_related_and_smoke_below_the_results_dir(tmp_
                      os.path.join("uci", "wine", "vi", "results.json")]
   only_uci = results_loader.load_runs(str(tmp_path), "uci")
   assert [run.payload["benchmark"] for run in only_uci] == ["uci"]
-  assert list(report_appendix.load_results(str(tmp_path))["path"]) == counted
+  assert list(appendix.load_results(str(tmp_path))["path"]) == counted
   assert list(tables.load_runs(str(tmp_path), "uci")["path"]) == [str(tmp_path / counted[1])]
   # Pointing results_dir at an ablation reads it: the rule looks only below results_dir.
   ablation = tmp_path / "ablations" / "no_empirical_bayes" / "uci"
@@ -160,7 +160,7 @@ def test_appendix_gives_each_toy_experiment_its_own_section_with_per_k_metrics(t
                 }, timings={})
   write_results(str(tmp_path / "toy" / "multimodal"), benchmark="toy", dataset="multimodal",
                 method="refined_vi", seed=0, flags={}, metrics={"elbo_aux": -0.5}, timings={})
-  frame = report_appendix.load_results(str(tmp_path))
+  frame = appendix.load_results(str(tmp_path))
   row = frame[frame.dataset == "eight_schools"].iloc[0]
   assert row["elbo_aux_by_k[4]"] == pytest.approx(-31.45) and row["nuts_mu_mean"] == pytest.approx(
       4.4)

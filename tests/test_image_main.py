@@ -245,9 +245,9 @@ def test_refinement_without_optimisation_steps(tmp_path):
 
 def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path):
   """--vi_optimizer and --vi_weight_noise reach VI (MISSO's blocks cover the 1,024 digits in 16
-  steps, then it moves), and image.misso_figure reads each run's ELBO summaries (logged at every
+  steps, then it moves), and report.misso_figure reads each run's ELBO summaries (logged at every
   checkpoint: steps 50 and 100)."""
-  from image import misso_figure
+  from report import misso_figure
   for name, flags in (("misso", dict(vi_optimizer="misso", learning_rate=0.01)),
                       ("bbb", dict(vi_weight_noise="per_batch"))):
     config = ImageConfig(**{**TINY, "method": "vi", "vi_steps": 100, "steps_per_checkpoint": 50,

@@ -1,6 +1,6 @@
 """The LeNet-5 table: the paper's layout, the paper's numbers beside ours, the checks."""
 from common.results import write_results
-from image import table
+from report import image_table
 
 
 def _write(root, method, seed, metrics):
@@ -23,7 +23,7 @@ def test_table_puts_the_paper_beside_ours_and_checks_the_claims(tmp_path):
     })
     _write(tmp_path, "refined_vi", seed, {"test_mll": -0.026, "test_accuracy": 0.990, "elbo": elbo,
                                           "elbo_aux": elbo_aux, "ece": 0.01, "brier": 0.02})
-  outputs = table.write_tables(str(tmp_path), str(tmp_path))
+  outputs = image_table.write_tables(str(tmp_path), str(tmp_path))
   markdown = (tmp_path / "table.md").read_text()
   assert ("| mnist | not run | not run | not run | not run | "
           "-0.032 ± 0.000<br>(-0.032 ± 0.001)" in markdown)
@@ -34,5 +34,5 @@ def test_table_puts_the_paper_beside_ours_and_checks_the_claims(tmp_path):
   assert "Refined VI mean MLL >= VI mean MLL on 1 of 1 datasets" in checks
   assert "Refined VI mean Acc >= VI mean Acc on 0 of 1 datasets (not on: mnist)" in checks
   assert set(outputs["table"].columns) >= {"ece_mean", "brier_mean", "paper_accuracy_mean"}
-  per_dataset, totals = table.timings(outputs["runs"])
+  per_dataset, totals = image_table.timings(outputs["runs"])
   assert totals["mean_refine_to_vi_train_ratio"] == 0.3

@@ -1,4 +1,4 @@
-"""common.related_table: the comparison of related methods with the VI family."""
+"""report.related_table: the comparison of related methods with the VI family."""
 import json
 import math
 import os
@@ -7,8 +7,8 @@ import subprocess
 import pandas as pd
 import pytest
 
-from common import related_table
 from common.config import recorded_config
+from report import related_table
 
 
 def _runs():
@@ -76,7 +76,7 @@ def test_fpovi_table8_sets_our_runs_beside_the_published_numbers(tmp_path):
   beside the paper's 2.33 ± 0.05, 0.07 / hypot(0.10, 0.05) = 0.6 combined standard errors
   above. Catches MLL shown unnegated or a standard deviation shown as the standard error."""
   import json
-  from uci import related_table as uci_related_table
+  from report import uci_related_table
   for seed, (mll, rmse) in enumerate([(-2.3, 2.5), (-2.5, 2.9)]):
     folder = tmp_path / "boston_housing" / "fsvgd" / f"seed_{seed}"
     folder.mkdir(parents=True)
@@ -102,7 +102,7 @@ def _write_image_run(folder, method, seed, test_mll, accuracy):
 def test_image_table_sets_vogn_beside_table_2s_runs(tmp_path):
   """VOGN's LeNet-5 runs (the related folder) and Table 2's (the results folder) meet in one
   table, paired by seed. Catches the related folder being read as Table 2's or skipped."""
-  from image import related_table as image_related_table
+  from report import image_related_table
   for seed, mll in enumerate([-0.03, -0.04]):
     _write_image_run(tmp_path / "image" / "mnist" / "vi" / f"seed_{seed}", "vi", seed, mll, 0.99)
   _write_image_run(tmp_path / "related" / "mnist" / "vogn" / "seed_0", "vogn", 0, -0.05, 0.98)
@@ -133,7 +133,7 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   (the per-step draws, the decay 0 of the first EB runs; the uncompiled loop of runs made before
   --jit_compile, whose command otherwise asked for XLA with per-step draws: a usage error), and a
   setting shown where it does nothing (the decay under the fixed prior)."""
-  from uci import table
+  from report import uci_table
   from uci.config import UciConfig
   root = tmp_path / "results"
   for seed in (0, 1):
@@ -151,7 +151,7 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   # read as a benchmark named after the dataset.
   _write_uci_record(root / "uci" / "wine" / "wide" / "vi" / "seed_0", "vi", "wine", 0,
                     hidden_units=100)
-  runs = table.load_runs(str(root))
+  runs = uci_table.load_runs(str(root))
   assert related_table.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
@@ -179,7 +179,7 @@ def test_commands_come_in_the_order_their_code_was_written(tmp_path):
   refinement's line trains the shared VOGN checkpoint at code that draws other numbers. Catches
   lines ordered by hash (as they were), by the commit a run ended at rather than started at,
   and a commit the history lacks (a shallow clone) sorted before known ones."""
-  from uci import table
+  from report import uci_table
   from uci.config import UciConfig
   root = tmp_path
   history = {"f" * 40: 0, "a" * 40: 1, "b" * 40: 2}
@@ -191,7 +191,7 @@ def test_commands_come_in_the_order_their_code_was_written(tmp_path):
   _write_uci_record(root / "uci" / "wine" / "refined_vogn" / "seed_0", "refined_vogn", "wine",
                     0, commit="a" * 40)
   _write_uci_record(root / "uci" / "wine" / "vi" / "seed_0", "vi", "wine", 0, commit="0" * 40)
-  runs = table.load_runs(str(root))
+  runs = uci_table.load_runs(str(root))
 
   def methods(commands):
     return [command.split('--methods="')[1].split('"')[0] for command in commands]
@@ -247,8 +247,8 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   for (method, seed), changes in records.items():
     _write_uci_record(root / "uci" / "wine" / method / f"seed_{seed}", method, "wine", seed,
                       **changes)
-  from uci import table
-  commands = related_table.reproduction_commands(table.load_runs(str(root)), UciConfig)
+  from report import uci_table
+  commands = related_table.reproduction_commands(uci_table.load_runs(str(root)), UciConfig)
   assert len(commands) == len(records)
   assert [command for command in commands if '"refined_vi"' in command][0].endswith(
       '-- --jit_compile_refinement` (code `abc`, which had no --jit_compile_refinement)')
@@ -275,12 +275,12 @@ def test_a_round_off_setting_is_shown_only_on_the_lines_of_methods_it_acts_on(tm
   both (their `absent_means`, against UCI's defaults off). Catches a flag shown on lines of
   methods it does nothing for (`only_when`): the ensemble's on the VI and particle lines, where a
   reader would take it for part of how those runs were made."""
-  from uci import table
+  from report import uci_table
   from uci.config import UciConfig
   for method in ("vi", "refined_vi", "deep_ensemble", "svgd"):
     _write_uci_record(tmp_path / "uci" / "wine" / method / "seed_0", method, "wine", 0,
                       jit_compile_refinement=None, jit_compile_ensemble=None)
-  commands = related_table.reproduction_commands(table.load_runs(str(tmp_path)), UciConfig, {})
+  commands = related_table.reproduction_commands(uci_table.load_runs(str(tmp_path)), UciConfig, {})
   extra_of = {command.split('--methods="')[1].split('"')[0]:
               command.split("`")[1].partition(" -- ")[2] for command in commands}
   assert extra_of == {"deep_ensemble": "--jit_compile_ensemble",
@@ -293,7 +293,7 @@ def test_the_commands_name_the_commits_a_shallow_clone_lacks_by_where_runs_start
   at a commit the history lacks and ended at one it holds comes last and is named; one that
   started at a held commit is not. Catches the sentence reading the end commit while the order
   reads the start (they differ for runs that outlive a commit)."""
-  from uci import table
+  from report import uci_table
   from uci.config import UciConfig
   history = {"a" * 40: 0, "b" * 40: 1}
   monkeypatch.setattr(related_table, "git_history_positions", lambda: history)
@@ -304,16 +304,16 @@ def test_the_commands_name_the_commits_a_shallow_clone_lacks_by_where_runs_start
     record.write_text(json.dumps({**json.loads(record.read_text()),
                                   "git_commit_at_start": start}))
   section = "\n".join(related_table.commands_section(
-      table.load_runs(str(tmp_path)), UciConfig, "python -m uci.related_table"))
+      uci_table.load_runs(str(tmp_path)), UciConfig, "python -m report.uci_related_table"))
   assert "does not hold ccccccc, where runs started" in section
   assert "ddddddd" not in section.split("## Commands")[1].split("\n- ")[0]
   assert section.index('--methods="vogn"') < section.index('--methods="vi"')
 
 
 def test_an_ablations_uci_table_names_its_heading_and_the_command_that_wrote_it(tmp_path):
-  """uci.related_table over an ablation's runs (other --related_dir, --heading): the file must
-  say so, or it reads as the main table and its last command rewrites the wrong file."""
-  from uci import related_table as uci_related_table
+  """report.uci_related_table over an ablation's runs (other --related_dir, --heading): the file
+  must say so, or it reads as the main table and its last command rewrites the wrong file."""
+  from report import uci_related_table
   for method in ("vi", "refined_vi"):
     _write_uci_record(tmp_path / "uci" / "uci" / "wine" / method / "seed_0", method, "wine", 0)
   _write_uci_record(tmp_path / "ablation" / "uci" / "wine" / "svgd" / "seed_0", "svgd", "wine",
@@ -324,7 +324,8 @@ def test_an_ablations_uci_table_names_its_heading_and_the_command_that_wrote_it(
     record.write_text(json.dumps(run))
   text = uci_related_table.write_table(
       str(tmp_path / "uci" / "uci"), str(tmp_path / "ablation" / "uci"), str(tmp_path / "out"),
-      heading="SVGD at equal compute", table_command="python -m uci.related_table --heading=X")
+      heading="SVGD at equal compute",
+      table_command="python -m report.uci_related_table --heading=X")
   assert text.startswith("# SVGD at equal compute\n")
-  assert "Then `python -m uci.related_table --heading=X` writes this file." in text
+  assert "Then `python -m report.uci_related_table --heading=X` writes this file." in text
   assert "--particle_epochs=100" in text

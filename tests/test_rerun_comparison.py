@@ -1,9 +1,9 @@
-"""uci.rerun_comparison: seed-for-seed differences between two runs of the UCI table."""
+"""report.uci_rerun_comparison: seed-for-seed differences between two runs of the UCI table."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from uci import rerun_comparison
+from report import uci_rerun_comparison
 
 
 def _table(shift: float) -> pd.DataFrame:
@@ -22,7 +22,7 @@ def _table(shift: float) -> pd.DataFrame:
 
 
 def test_paired_differences_are_after_minus_before_per_dataset_and_method():
-  table = rerun_comparison.paired_differences(_table(0.0), _table(-0.2)).set_index(
+  table = uci_rerun_comparison.paired_differences(_table(0.0), _table(-0.2)).set_index(
       ["dataset", "method"])
   assert table.loc[("boston_housing", "refined_vi"), "test_mll_difference"] == pytest.approx(-0.2)
   assert table.loc[("boston_housing", "refined_vi"), "test_mll_difference_se"] == pytest.approx(0)
@@ -31,18 +31,18 @@ def test_paired_differences_are_after_minus_before_per_dataset_and_method():
 
 
 def test_conclusions_count_what_the_table_claims():
-  assert rerun_comparison.conclusions(_table(0.0)) == {
+  assert uci_rerun_comparison.conclusions(_table(0.0)) == {
       "datasets": 2, "refined_vi_above_vi": 2, "refined_vi_above_equal_compute": 2,
       "refined_runs": 8, "refined_runs_elbo_aux_above_elbo": 8}
   # Boston's refined VI pushed below both: one dataset loses both claims.
-  shifted = rerun_comparison.conclusions(_table(-0.2))
+  shifted = uci_rerun_comparison.conclusions(_table(-0.2))
   assert shifted["refined_vi_above_vi"] == 1 and shifted["refined_vi_above_equal_compute"] == 1
 
 
 def test_tables_without_common_runs_are_refused():
   other = _table(0.0).assign(seed=lambda frame: frame["seed"] + 10)
   with pytest.raises(ValueError, match="no \\(dataset, method, seed\\) run in common"):
-    rerun_comparison.paired_differences(_table(0.0), other)
+    uci_rerun_comparison.paired_differences(_table(0.0), other)
 
 
 def test_conclusions_count_refined_vogn_against_vogn():
@@ -50,8 +50,8 @@ def test_conclusions_count_refined_vogn_against_vogn():
   falling below VOGN would pass unseen."""
   vogn = _table(0.0).replace({"method": {"vi": "vogn", "refined_vi": "refined_vogn"}})
   vogn = vogn[vogn["method"] != "vi_equal_compute"]
-  assert rerun_comparison.conclusions(vogn) == {
+  assert uci_rerun_comparison.conclusions(vogn) == {
       "datasets": 2, "refined_vogn_above_vogn": 2, "refined_vogn_runs": 8,
       "refined_vogn_runs_elbo_aux_above_elbo": 8}
   vogn.loc[(vogn.dataset == "boston_housing") & (vogn.method == "refined_vogn"), "test_mll"] -= 1
-  assert rerun_comparison.conclusions(vogn)["refined_vogn_above_vogn"] == 1
+  assert uci_rerun_comparison.conclusions(vogn)["refined_vogn_above_vogn"] == 1

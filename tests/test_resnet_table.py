@@ -1,6 +1,6 @@
 """The ResNet-20 table: the paper's variant rows, ensembles shared by batch-norm setting, checks."""
 from common.results import write_results
-from resnet import table
+from report import resnet_table
 
 
 def _write(root, dataset, variant, method, seed, metrics):
@@ -23,7 +23,7 @@ def test_table3_rows_take_the_papers_variants_and_share_the_ensemble(tmp_path):
          {"test_mll": -0.56, "test_accuracy": 0.836})
   _write(tmp_path, "fashion_mnist", "hybrid_bn", "vi", 0,
          {"test_mll": -0.3, "test_accuracy": 0.9, "elbo": -5000.0})
-  outputs = table.write_tables(str(tmp_path), str(tmp_path))
+  outputs = resnet_table.write_tables(str(tmp_path), str(tmp_path))
   markdown = (tmp_path / "table.md").read_text()
   hybrid_row = next(line for line in markdown.splitlines()
                     if line.startswith("| resnet_hybrid_batchnorm |"))

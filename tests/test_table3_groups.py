@@ -9,13 +9,11 @@ import os
 
 import pytest
 
-from common import report_tables, results_loader
-from common.report_tables import EvidenceGroup
 from common.results import write_results
 from report import main as report
-from resnet import table as resnet_table
+from report import paper_comparison, resnet_table, results_loader
+from report.paper_comparison import EvidenceGroup
 
-TABLE3 = report.PAPER_TABLES[2]
 # The flags resnet.main records, at the first evidence's settings.
 SUBSET_FLAGS = {"num_train_examples": 8000, "epochs": 10.0, "num_auxiliary": 5,
                 "steps_per_auxiliary": 10, "num_samples": 10, "num_eval_samples": 0,
@@ -34,6 +32,12 @@ def _run(folder, method, seed=0, variant="hybrid", mll=-0.45, elbo=-9e5, elbo_au
   write_results(str(folder), benchmark="resnet", dataset="fashion_mnist", method=method,
                 seed=seed, flags={**SUBSET_FLAGS, "variational": variant, **flags},
                 metrics=metrics, timings={"total_seconds": 600.0})
+
+
+def _name_evidence(monkeypatch, groups):
+  """Table 3 as if resnet_table named these evidence folders."""
+  monkeypatch.setattr(resnet_table, "PAPER_TABLE",
+                      dataclasses.replace(resnet_table.PAPER_TABLE, evidence=groups))
 
 
 def _table3(text):
@@ -111,7 +115,7 @@ def test_named_folders_are_row_groups_in_order_and_the_main_evidence_is_not_mixe
   assert "from 8 results.json files" in text
 
 
-def test_the_configuration_line_is_read_from_each_groups_recorded_flags(tmp_path):
+def test_the_configuration_line_is_read_from_each_groups_recorded_flags(tmp_path, monkeypatch):
   """A group's heading gives the settings its runs recorded, every value where they differ.
 
   Bug it catches (planted and seen to fail): a configuration line written for the committed
@@ -132,10 +136,11 @@ def test_the_configuration_line_is_read_from_each_groups_recorded_flags(tmp_path
   _run(mixed / "b" / "vi" / "seed_0", "vi", num_eval_samples=1)
   only_vi = tmp_path / "only_vi"
   _run(only_vi / "vi" / "seed_0", "vi")
-  spec = dataclasses.replace(TABLE3, evidence=(
+  _name_evidence(monkeypatch, (
       EvidenceGroup("odd", "Odd settings"), EvidenceGroup("mixed", "Mixed settings"),
       EvidenceGroup("only_vi", "VI only")))
-  markdown = report_tables.table_report(spec, str(tmp_path), str(tmp_path / "report")).markdown
+  markdown = paper_comparison.table_report(resnet_table, str(tmp_path),
+                                           str(tmp_path / "report")).markdown
   assert (f"**1. Odd settings**: 12,345 training images, 7 epochs, K = 3, T = 4, M = 6, "
           f"ensembles of 4, seeds 2 and 5, initial posterior scale softplus(−5.5) "
           f"(`{tmp_path}/odd`).") in markdown
@@ -145,7 +150,7 @@ def test_the_configuration_line_is_read_from_each_groups_recorded_flags(tmp_path
           "initial posterior scale softplus(−7)") in markdown
 
 
-def test_where_we_differ_checks_each_group_and_names_it(tmp_path):
+def test_where_we_differ_checks_each_group_and_names_it(tmp_path, monkeypatch):
   """ELBO_aux >= ELBO and refined VI >= VI are counted per group, under the group's name: a
   failure in one group is not credited to, or hidden by, another."""
   worse = tmp_path / "worse" / "fashion_mnist" / "hybrid_bn"
@@ -154,10 +159,10 @@ def test_where_we_differ_checks_each_group_and_names_it(tmp_path):
   better = tmp_path / "better" / "fashion_mnist" / "full_bn"
   _run(better / "vi" / "seed_0", "vi", variant="full", mll=-0.60)
   _run(better / "refined_vi" / "seed_0", "refined_vi", variant="full", mll=-0.50, elbo_aux=-8e5)
-  spec = dataclasses.replace(TABLE3, evidence=(
+  _name_evidence(monkeypatch, (
       EvidenceGroup("better", "Where it helps"), EvidenceGroup("absent", "Still running"),
       EvidenceGroup("worse", "Where it does not", "Refinement hurts here.")))
-  table = report_tables.table_report(spec, str(tmp_path), str(tmp_path / "report"))
+  table = paper_comparison.table_report(resnet_table, str(tmp_path), str(tmp_path / "report"))
   lines = table.differences
   at = {line.strip()[:4]: i for i, line in enumerate(lines) if line.startswith("  - ")}
   assert lines[at["- 1."]].startswith(f"  - 1. Where it helps (`{tmp_path}/better`; 8,000 "
@@ -174,12 +179,13 @@ def test_where_we_differ_checks_each_group_and_names_it(tmp_path):
   assert "**2. Still running** (`" in table.markdown and "): not run yet." in table.markdown
 
 
-def test_no_named_folder_with_runs_means_no_table(tmp_path):
+def test_no_named_folder_with_runs_means_no_table(tmp_path, monkeypatch):
   """Table 3 with none of its folders run is left out (the report lists it as not run yet), even
   when other ResNet-20 runs lie elsewhere under the results directory."""
   _run(tmp_path / "elsewhere" / "vi" / "seed_0", "vi")
-  spec = dataclasses.replace(TABLE3, evidence=(EvidenceGroup("absent", "Still running"),))
-  assert report_tables.table_report(spec, str(tmp_path), str(tmp_path / "report")) is None
+  _name_evidence(monkeypatch, (EvidenceGroup("absent", "Still running"),))
+  assert paper_comparison.table_report(resnet_table, str(tmp_path),
+                                       str(tmp_path / "report")) is None
 
 
 def test_load_evidence_reads_named_folders_below_ablations_and_gives_a_run_to_the_deepest(

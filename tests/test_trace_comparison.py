@@ -1,8 +1,8 @@
-"""image.trace_comparison: windowed means at given steps, partial traces, bad files."""
+"""report.trace_comparison: windowed means at given steps, partial traces, bad files."""
 import numpy as np
 import pytest
 
-from image import trace_comparison
+from report import trace_comparison
 
 
 def _write(path, elbo, kl):

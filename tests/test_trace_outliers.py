@@ -1,4 +1,4 @@
-"""image.trace_outliers: outlier draws found in the log-likelihood term, episodes, the CLI."""
+"""report.trace_outliers: outlier draws found in the log-likelihood term, episodes, the CLI."""
 import os
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from image import trace_outliers
+from report import trace_outliers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,7 +98,7 @@ def test_a_positive_log_likelihood_term_uses_the_median_magnitude():
 
 def _run(*args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  return subprocess.run([sys.executable, "-m", "image.trace_outliers", *args], cwd=REPO,
+  return subprocess.run([sys.executable, "-m", "report.trace_outliers", *args], cwd=REPO,
                         env=env, capture_output=True, text=True, check=False)
 
 

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backfill import uci_calibration_error as backfill
 from common.results import write_results
-from results.uci import backfill_calibration_error as backfill
-from uci import data, regression, related_table, table
+from report import uci_related_table, uci_table
+from uci import data, regression
 
 
 def _write(root, method, seed, metrics, dataset="yacht_hydrodynamics"):
@@ -33,7 +34,7 @@ def test_elbos_change_units_with_each_runs_recorded_target_std(tmp_path):
                              "target_std": math.e})
   _write(tmp_path, "refined_vi", 1, {"test_mll": -1.0, "elbo": -50.0, "elbo_aux": -40.0,
                                      "num_train": 20, "target_std": 0.5})
-  runs = table.load_runs(str(tmp_path)).set_index(["method", "seed"])
+  runs = uci_table.load_runs(str(tmp_path)).set_index(["method", "seed"])
   # ELBO_original = ELBO_standardised - N_train * log(target_std).
   assert runs.loc[("vi", 0), "elbo"] == pytest.approx(-100.0 - 10 * 1.0)
   assert runs.loc[("vi", 0), "elbo_standardised"] == -100.0
@@ -49,7 +50,7 @@ def test_a_run_without_target_std_is_an_error_naming_its_file(tmp_path):
   path.write_text(run)
   message = f"^{re.escape(str(path))}: metrics has no target_std"
   with pytest.raises(ValueError, match=message) as error:
-    table.load_runs(str(tmp_path))
+    uci_table.load_runs(str(tmp_path))
   assert "\n" not in str(error.value)
 
 
@@ -59,7 +60,7 @@ def test_table_converts_elbos_to_original_units_and_checks_the_ordering(tmp_path
     _write(tmp_path, "vi", seed, {"test_mll": vi_mll, "test_rmse": 1.0, "elbo": elbo})
     _write(tmp_path, "refined_vi", seed, {"test_mll": refined_mll, "test_rmse": 1.0, "elbo": elbo,
                                           "elbo_aux": elbo_aux})
-  outputs = table.write_tables(str(tmp_path), str(tmp_path / "out"))
+  outputs = uci_table.write_tables(str(tmp_path), str(tmp_path / "out"))
   runs = outputs["runs"].set_index(["method", "seed"])
   np.testing.assert_allclose(runs.loc[("vi", 0), "elbo"], -100.0 - 246 * math.log(15.0), rtol=1e-9)
   elbo_gain = runs.loc[("refined_vi", 0), "elbo_aux"] - runs.loc[("refined_vi", 0), "elbo"]
@@ -71,7 +72,7 @@ def test_table_converts_elbos_to_original_units_and_checks_the_ordering(tmp_path
   assert "ELBO_aux >= ELBO (same run's VI model): 1 of 2 dataset-seed runs." in checks
   assert "fails: yacht_hydrodynamics seed 1" in checks
   assert "Refined VI mean MLL >= VI mean MLL on 1 of 1 datasets" in checks
-  per_dataset, totals = table.timings(outputs["runs"])
+  per_dataset, totals = uci_table.timings(outputs["runs"])
   assert totals["num_runs"] == 4 and totals["mean_refine_to_vi_train_ratio"] == pytest.approx(0.1)
 
 
@@ -140,8 +141,8 @@ def test_the_calibration_note_gives_each_datasets_floor_and_refuses_mixed_splits
   whatever the runs hold), which a table mixing split protocols would state wrongly."""
   runs = pd.DataFrame({"dataset": ["boston_housing", "boston_housing", "yacht_hydrodynamics"],
                        "num_test": [101, 101, 62]})
-  note = related_table.calibration_note(runs)
+  note = uci_related_table.calibration_note(runs)
   assert (f"boston_housing {regression.calibration_error_floor(101):.3f}, "
           f"yacht_hydrodynamics {regression.calibration_error_floor(62):.3f}.") in note
   with pytest.raises(ValueError, match="boston_housing have test splits of different sizes"):
-    related_table.calibration_note(runs.assign(num_test=[101, 51, 62]))
+    uci_related_table.calibration_note(runs.assign(num_test=[101, 51, 62]))

@@ -1,11 +1,10 @@
 """Related methods beside the VI family on one benchmark: per-metric tables and paired differences.
 
-A benchmark's `related_table` module loads its runs (ours and those under
-results/related/<benchmark>) into one frame; this module writes the comparison
-a researcher can cite: mean ± std over seeds per dataset and method, the
-compute each method spent, and paired per-seed differences for the questions
-the comparison asks (does refinement help VOGN as it helps VI; does VOGN's
-posterior beat VI's).
+A benchmark's related table module (`report.uci_related_table`, `report.image_related_table`) loads
+its runs (ours and those under results/related/<benchmark>) into one frame; this module writes the
+comparison a researcher can cite: mean ± std over seeds per dataset and method, the compute each
+method spent, and paired per-seed differences for the questions the comparison asks (does
+refinement help VOGN as it helps VI; does VOGN's posterior beat VI's).
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from common import tables
+from report import tables
 from common.config import recorded_config
 from common.results import git_history_positions
 

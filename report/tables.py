@@ -1,10 +1,10 @@
 """Benchmark tables from committed runs, in the paper's layout and beside the paper's numbers.
 
-Each benchmark's `table` module says which results to load (and how to turn
-them into the paper's units), which columns the paper's table has, and where
-its CSV of targets is; this module does the rest: mean ± std over seeds, the
-Markdown table (ours above the paper's value, or cells a caller formats).
-The checks and timings are in `common.table_checks`.
+Each benchmark's table module (`report.uci_table`, `report.image_table`, `report.resnet_table`)
+says which results to load (and how to turn them into the paper's units), which columns the
+paper's table has, and where its CSV of targets is; this module does the rest: mean ± std over
+seeds, the Markdown table (ours above the paper's value, or cells a caller formats).
+The checks and timings are in `report.table_checks`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
-from common import results_loader
+from report import results_loader
 from common.results import atomic_output
 
 METHOD_TITLES = {

@@ -8,8 +8,9 @@ only below `results_dir`, so pointing `results_dir` at an ablation's folder (say
 `results/ablations/per_batch_weight_noise/uci`) reads that ablation, and `load_evidence` reads the
 folders a benchmark names as its evidence (Table 3's row groups), wherever they lie.
 
-Everything reads through `load_runs`: `common.tables` (and the benchmarks' `table` modules built on
-it), and the report, which lays out Tables 1 and 2 by calling those `table` modules.
+Everything reads through `load_runs`: `report.tables` (and the benchmark table modules built on
+it, `report.uci_table` and the like), and the report, which lays out Tables 1-3 by calling those
+modules.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from common.results import RESULTS_FILENAME
 
 EXCLUDED_DIRS = ("ablations", "related", "smoke")
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_PAPER_DIR = os.path.join(REPOSITORY, "common", "paper_tables")   # the paper's Tables 1-3
+# The paper's Tables 1-3 (and the related work's tables we compare with), beside this module.
+DEFAULT_PAPER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paper_tables")
 
 
 class LoadedRun(NamedTuple):

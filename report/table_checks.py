@@ -1,8 +1,8 @@
 """The checks every benchmark table reports, and its timings, as data and as checks.md text.
 
 ELBO_aux >= ELBO per run (the paper's Proposition 1), refined VI against VI per metric, our means
-in units of the paper's standard deviations, and the machine time the runs cost. `uci.table`,
-`image.table` and the report (`common.report_tables`) all call these.
+in units of the paper's standard deviations, and the machine time the runs cost. `report.uci_table`,
+`report.image_table` and the report (`report.paper_comparison`) all call these.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from common.tables import METRIC_TITLES, missing
+from report.tables import METRIC_TITLES, missing
 
 
 def paper_sigma(ours, paper_mean, paper_std) -> Optional[float]:

@@ -1,7 +1,7 @@
 """The MISSO note's Figure 1 (`../shared/related/vi_misso_lenet5.md`): the negated ELBO of Bayesian
 LeNet-5 on MNIST against epochs, one line per optimiser.
 
-  python -m image.misso_figure --runs_dir=results/related/misso/mnist \\
+  python -m report.misso_figure --runs_dir=results/related/misso/mnist \\
       --output_dir=results/related/misso
 
 Reads every run folder under `runs_dir` (an `image.main --method=vi` run: its results.json and
@@ -21,13 +21,18 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli, tables
-from common.report_appendix import to_markdown
+from common import cli
+from report import tables
+from report.appendix import to_markdown
 
 LABELS = {("adam", "per_example"): "Adam", ("momentum", "per_example"): "Momentum",
           ("adam", "per_batch"): "Bayes by backprop (Adam, one weight draw per step)",
           ("misso", "per_example"): "MISSO"}
 SMOOTHING = 5   # logs in the plotted running mean
+TABLE_FILENAME = "figure1.md"
+# What the report shows of this module's output, relative to <results>/related (its default
+# --output_dir is <results>/related/misso).
+RELATED_SECTIONS = (os.path.join("misso", TABLE_FILENAME),)
 
 
 def run_label(run_flags: dict) -> str:
@@ -100,7 +105,7 @@ def write_figure(runs_dir: str, output_dir: str) -> str:
   plt.close(figure)
   text = "\n".join(["# MISSO note, Figure 1: negated ELBO of Bayesian LeNet-5 on MNIST", "",
                     to_markdown(ends, digits=4), ""])
-  tables.write_text(os.path.join(output_dir, "figure1.md"), text)
+  tables.write_text(os.path.join(output_dir, TABLE_FILENAME), text)
   return text
 
 

@@ -1,6 +1,6 @@
 """Table 1 from the committed UCI runs, in the paper's layout and beside the paper's numbers.
 
-  python -m uci.table --results_dir=results/uci --output_dir=results/uci
+  python -m report.uci_table --results_dir=results/uci --output_dir=results/uci
 
 Writes `table.md` (mean ± std over seeds, ours above the paper's), `table.csv`
 (one row per dataset and method) and `checks.md`: ELBO_aux >= ELBO for every
@@ -13,7 +13,7 @@ Table 1 reports them for y in its original units (its naval ELBO, 53,441 over
 gives ELBO_original = ELBO_standardised - N_train * log(std of training y),
 which this table applies with the std each run recorded (metrics.target_std);
 it never loads a dataset. Runs from before the binary recorded it were
-backfilled by results/uci/backfill_target_std.py (their "backfilled" note).
+backfilled by backfill/uci_target_std.py (their "backfilled" note).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from typing import Optional
 
 import pandas as pd
 
-from common import table_checks, tables
+from report import table_checks, tables
+from report.paper_comparison import PaperTable
 
 COLUMNS = [("deep_ensemble", "test_mll", "mll"), ("mnf", "test_mll", "mll"),
            ("vi", "test_mll", "mll"), ("vi", "elbo", "elbo"),
@@ -35,13 +36,18 @@ PAPER_CSV = "table1_uci.csv"
 COMPARISONS = [("test_mll", "mll"), ("elbo", "elbo"), ("elbo_aux", "elbo")]
 HIGHER_IS_BETTER = ("test_mll",)
 timings = table_checks.timings
+# The report's Table 1: every counted run under <results_dir>/uci.
+PAPER_TABLE = PaperTable(
+    1, "UCI regression, one hidden layer of 50 units", "uci", "table1_uci.tex", "uci/README.md",
+    "Test MLL per point in the original units of y, as in the paper; the ELBOs on the training "
+    "set, turned into original units with each run's recorded std of the training targets.")
 
 
 def _target_std(run: dict, path: str) -> float:
   """The std of the run's training targets in original units, as its results.json recorded it."""
   if "target_std" not in run["metrics"]:
     raise ValueError(f"{path}: metrics has no target_std (the training targets' std that turns "
-                     "ELBOs into original units); rerun, or see results/uci/backfill_target_std.py")
+                     "ELBOs into original units); rerun, or see backfill/uci_target_std.py")
   return float(run["metrics"]["target_std"])
 
 

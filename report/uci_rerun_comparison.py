@@ -1,6 +1,6 @@
 """Two runs of the UCI table compared seed for seed: did a change to the core move any number?
 
-  python -m uci.rerun_comparison --before_dir=OLD/uci --after_dir=NEW/uci \
+  python -m report.uci_rerun_comparison --before_dir=OLD/uci --after_dir=NEW/uci \
       --output_dir=results/ablations/box_muller_normals [--methods=vi,refined_vi,vi_equal_compute]
 
 For a change that alters the random streams but not the method (new normal
@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 from absl import flags
 
-from common import cli, paired_runs
-from common.report_appendix import to_markdown
+from common import cli
 from common.results import atomic_output, write_results
-from uci.table import load_runs
+from report import paired_runs
+from report.appendix import to_markdown
+from report.uci_table import load_runs
 
 METRICS = ("test_mll", "test_rmse", "elbo", "elbo_aux")
 

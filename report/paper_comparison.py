@@ -1,10 +1,11 @@
 """The report's Tables 1-3: ours beside the paper's, with our distance from it in paper σ.
 
 Each cell reads "ours ± std over seeds" above "(paper mean ± std, ours − paper in the paper's
-std)". The numbers come from the benchmark's own table module (`uci.table`, `image.table`):
-its loader, its summary beside the paper's CSV, its columns and comparisons; the layout, the
-σ deviations and the checks from `common.tables` and `common.table_checks`. This module only
-formats them, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex).
+std)". The numbers come from the benchmark's own table module (`report.uci_table`,
+`report.image_table`, `report.resnet_table`): its `PAPER_TABLE` (which paper table, the folder of
+runs it reports), its loader, its summary beside the paper's CSV, its columns and comparisons; the
+layout, the σ deviations and the checks from `report.tables` and `report.table_checks`. This
+module only formats them, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex).
 
 A table whose spec names evidence folders (`PaperTable.evidence`, Table 3) is laid out as a row
 group per folder, in the order named, each headed by its configuration and followed by what it
@@ -20,7 +21,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from common import results_loader, table_checks, tables
+from report import results_loader, table_checks, tables
 
 BEYOND_SIGMA = 2.0   # a cell this many paper std from the paper's mean is listed under differences
 REPOSITORY = results_loader.REPOSITORY
@@ -37,15 +38,16 @@ class EvidenceGroup:
 
 @dataclasses.dataclass(frozen=True)
 class PaperTable:
-  """A paper table we reproduce: its number, title, benchmark and the module that builds it.
+  """A paper table we reproduce, as the benchmark's table module declares it (`PAPER_TABLE`).
 
-  With `evidence`, the table shows those folders' runs only, a row group each, in that order; its
-  module then also gives `runs_frame(loaded runs)` and `configuration(runs) -> list of words`.
+  `benchmark` names the folder of its runs below the results directory (and their results.json
+  "benchmark"). With `evidence`, the table shows those folders' runs only, a row group each, in
+  that order; its module then also gives `runs_frame(loaded runs)` and
+  `configuration(runs) -> list of words`.
   """
   number: int
   title: str
   benchmark: str
-  module: ModuleType
   latex_name: str
   readme: str   # the benchmark's README, relative to the repository: the "why" of differences
   description: str   # what the columns measure, in which units
@@ -147,16 +149,17 @@ def _metric_name(method: str, metric: str) -> str:
   return f"{tables.METHOD_TITLES[method]} {tables.METRIC_TITLES[metric]}"
 
 
-def differences(spec: PaperTable, runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
+def differences(module: ModuleType, runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
                 datasets: list[str]) -> list[str]:
   """The table's Markdown bullets for "Where we differ and why", computed from the runs.
 
   Cells beyond BEYOND_SIGMA are listed per dataset in `datasets` order, in the table's column
   order.
   """
+  spec = module.PAPER_TABLE
   lines = [f"- **Table {spec.number}** ({spec.title}):"]
-  lines += refined_checks(runs, table, spec.module.HIGHER_IS_BETTER)
-  return lines + paper_differences(spec, table, output_dir, datasets)
+  lines += refined_checks(runs, table, module.HIGHER_IS_BETTER)
+  return lines + paper_differences(module, table, output_dir, datasets)
 
 
 def refined_checks(runs: pd.DataFrame, table: pd.DataFrame, higher_is_better: Sequence[str],
@@ -180,10 +183,9 @@ def refined_checks(runs: pd.DataFrame, table: pd.DataFrame, higher_is_better: Se
   return lines
 
 
-def paper_differences(spec: PaperTable, table: pd.DataFrame, output_dir: str,
+def paper_differences(module: ModuleType, table: pd.DataFrame, output_dir: str,
                       datasets: list[str]) -> list[str]:
   """Bullets: the cells beyond BEYOND_SIGMA paper σ per dataset, then the README on why."""
-  module = spec.module
   lines = []
   deviations = table_checks.paper_deviations(table, module.COMPARISONS)
   known = deviations.dropna(subset=["sigma"])
@@ -204,7 +206,7 @@ def paper_differences(spec: PaperTable, table: pd.DataFrame, output_dir: str,
       lines.append(f"    - {dataset}: {cells}")
   if len(deviations) > len(known):
     lines.append(f"  - {len(deviations) - len(known)} cells have a paper std of 0 and no σ.")
-  lines.append(f"  - Why: {readme_link(spec.readme, output_dir)}.")
+  lines.append(f"  - Why: {readme_link(module.PAPER_TABLE.readme, output_dir)}.")
   return lines
 
 
@@ -232,15 +234,16 @@ def paper_rows(module: ModuleType, paper_dir: Optional[str] = None) -> list[str]
   return list(dict.fromkeys(paper["dataset"]))
 
 
-def table_report(spec: PaperTable, results_dir: str, output_dir: str,
+def table_report(module: ModuleType, results_dir: str, output_dir: str,
                  paper_dir: Optional[str] = None) -> Optional[TableReport]:
-  """The table's report parts, or None when `results_dir` has no run of its benchmark (of its
-  evidence folders, if the spec names them)."""
+  """The report parts of the table a benchmark's table module declares (`module.PAPER_TABLE`), or
+  None when `results_dir` has no run of its benchmark (of its evidence folders, if it names
+  them)."""
+  spec = module.PAPER_TABLE
   if spec.evidence:
-    return grouped_table_report(spec, results_dir, output_dir, paper_dir)
+    return grouped_table_report(module, results_dir, output_dir, paper_dir)
   if not results_loader.load_runs(results_dir, spec.benchmark):
     return None
-  module = spec.module
   runs = module.load_runs(results_dir)
   table = module.summary(runs, paper_dir)
   order = paper_rows(module, paper_dir)
@@ -261,7 +264,8 @@ def table_report(spec: PaperTable, results_dir: str, output_dir: str,
   caption = (f"Table {spec.number}: {spec.title}. Ours (mean ± std over seeds), below it the "
              "paper's mean ± std and our distance from it in the paper's std.")
   return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, rows, caption),
-                     differences(spec, runs, table, output_dir, datasets), seconds / 3600, num_runs)
+                     differences(module, runs, table, output_dir, datasets), seconds / 3600,
+                     num_runs)
 
 
 def rows_named_by_folder(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
@@ -288,7 +292,7 @@ class _Group:
   configuration: Optional[list[str]] = None
 
 
-def grouped_table_report(spec: PaperTable, results_dir: str, output_dir: str,
+def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
                          paper_dir: Optional[str] = None) -> Optional[TableReport]:
   """A table of row groups, one per evidence folder the spec names, in its order; None when no
   folder has a run.
@@ -297,7 +301,7 @@ def grouped_table_report(spec: PaperTable, results_dir: str, output_dir: str,
   its seeds and machine time, then what it shows. A folder without runs is listed as not run yet.
   The checks under "Where we differ and why" are made per group and say which.
   """
-  module = spec.module
+  spec = module.PAPER_TABLE
   evidence = results_loader.load_evidence(results_dir, [g.folder for g in spec.evidence],
                                           spec.benchmark)
   if not any(evidence.values()):
@@ -350,25 +354,26 @@ def grouped_table_report(spec: PaperTable, results_dir: str, output_dir: str,
              "std over seeds), below it the paper's mean ± std and our distance from it in the "
              "paper's std.")
   return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, latex_rows, caption),
-                     grouped_differences(spec, groups, output_dir, order), total_seconds / 3600,
+                     grouped_differences(module, groups, output_dir, order), total_seconds / 3600,
                      total_runs)
 
 
-def grouped_differences(spec: PaperTable, groups: list[_Group], output_dir: str,
+def grouped_differences(module: ModuleType, groups: list[_Group], output_dir: str,
                         order: list[str]) -> list[str]:
   """"Where we differ and why" for a table of row groups: the checks per group, saying which,
   then the paper σ differences over every group's rows."""
+  spec = module.PAPER_TABLE
   lines = [f"- **Table {spec.number}** ({spec.title}):"]
   for part in groups:
     name = f"{part.number}. {part.spec.label} (`{part.folder}`"
     if part.runs is None:
       lines.append(f"  - {name}): not run yet.")
       continue
-    checks = refined_checks(part.runs, part.table, spec.module.HIGHER_IS_BETTER, "    ", "rows")
+    checks = refined_checks(part.runs, part.table, module.HIGHER_IS_BETTER, "    ", "rows")
     lines.append(f"  - {name}; {', '.join(part.configuration[:2])}):"
                  + ("" if checks else " no refined VI run to check."))
     lines += checks
   frames = [part.table for part in groups if part.table is not None]
   table = pd.concat(frames, ignore_index=True)
   datasets = order + sorted(set(table["dataset"]) - set(order))
-  return lines + paper_differences(spec, table, output_dir, datasets)
+  return lines + paper_differences(module, table, output_dir, datasets)

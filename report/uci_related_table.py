@@ -1,7 +1,7 @@
 """VOGN, refined VOGN, SVGD and f-SVGD beside the VI family on UCI (issue: the field's other
 answers).
 
-  python -m uci.related_table --results_dir=results/uci --related_dir=results/related/uci \\
+  python -m report.uci_related_table --results_dir=results/uci --related_dir=results/related/uci \\
       --output_dir=results/related
 
 Writes `uci_table.md`: test MLL and RMSE (original units of y), the ELBO and
@@ -24,8 +24,8 @@ from typing import Optional
 import pandas as pd
 from absl import flags
 
-from common import cli, related_table, results_loader, tables
-from uci import regression, table
+from common import cli
+from report import related_table, results_loader, tables, uci_table
 from uci.config import UciConfig
 
 METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn_gauss_newton",
@@ -40,11 +40,16 @@ METRICS = (("test_mll", "Test MLL", ",.3f"), ("test_rmse", "Test RMSE", ".3g"),
 
 
 HEADING = "UCI regression: VOGN and refined VOGN beside the VI family"
+TABLE_FILENAME = "uci_table.md"
+FPOVI_FILENAME = "fpovi_table8.md"
+# What the report shows of this module's output, relative to its default --output_dir
+# (<results>/related).
+RELATED_SECTIONS = (TABLE_FILENAME, FPOVI_FILENAME)
 
 
 def write_table(results_dir: str, related_dir: str, output_dir: str,
                 gauss_newton_dir: Optional[str] = None, heading: str = HEADING,
-                table_command: str = "python -m uci.related_table") -> str:
+                table_command: str = "python -m report.uci_related_table") -> str:
   """Writes output_dir/uci_table.md from the folders' runs and returns its text.
 
   Runs under `gauss_newton_dir` (VOGN with --vogn_curvature=gauss_newton) are listed as the
@@ -52,9 +57,9 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
   ablation's runs of the related methods get their own); `table_command` is the command the
   file says wrote it.
   """
-  frames = [table.load_runs(results_dir), table.load_runs(related_dir)]
+  frames = [uci_table.load_runs(results_dir), uci_table.load_runs(related_dir)]
   if gauss_newton_dir and os.path.isdir(gauss_newton_dir):
-    variant = table.load_runs(gauss_newton_dir)
+    variant = uci_table.load_runs(gauss_newton_dir)
     frames.append(variant.assign(method=variant.method + "_gauss_newton"))
   runs = pd.concat(frames, ignore_index=True)
   runs = runs[runs.method.isin(METHODS)]
@@ -71,13 +76,16 @@ def write_table(results_dir: str, related_dir: str, output_dir: str,
            related_table.provenance(runs)]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", UciConfig,
                                        table_command)
-  tables.write_text(os.path.join(output_dir, "uci_table.md"), text)
+  tables.write_text(os.path.join(output_dir, TABLE_FILENAME), text)
   return text
 
 
 def calibration_note(runs: pd.DataFrame) -> str:
   """What the calibration error measures, and the score sampling alone gives a perfectly
   calibrated predictive on each dataset's test split (`regression.calibration_error_floor`)."""
+  # uci.regression loads TensorFlow: imported here, so the report (which names this module's
+  # outputs) starts without it.
+  from uci import regression  # pylint: disable=import-outside-toplevel
   sizes = runs.dropna(subset=["num_test"]).groupby("dataset")["num_test"].unique()
   mixed = [dataset for dataset, values in sizes.items() if len(values) > 1]
   if mixed:
@@ -92,10 +100,10 @@ def calibration_note(runs: pd.DataFrame) -> str:
 
 
 def fpovi_table8_text(runs_dir: str,
-                      table_command: str = "python -m uci.related_table") -> str:
+                      table_command: str = "python -m report.uci_related_table") -> str:
   """Our svgd and fsvgd runs under `runs_dir` (the Table 8 setting) beside the f-POVI paper's
   Table 8: test NLL (-MLL) and RMSE, mean and standard error over the splits run."""
-  runs = table.load_runs(runs_dir)
+  runs = uci_table.load_runs(runs_dir)
   paper = pd.read_csv(FPOVI_TABLE8).set_index(["dataset", "method"])
   lines = ["# The f-POVI paper's Table 8 setting: SVGD and f-SVGD, ours beside the published", "",
            "Two hidden layers of 10 ReLU units, the standard 90/10 protocol's splits (split = "
@@ -137,7 +145,7 @@ def _command() -> str:
            for name in ("results_dir", "related_dir", "gauss_newton_dir", "fpovi_dir",
                         "output_dir", "heading")
            if flags.FLAGS[name].value != flags.FLAGS[name].default]
-  return " ".join(["python -m uci.related_table", *given])
+  return " ".join(["python -m report.uci_related_table", *given])
 
 
 def main(argv):
@@ -147,7 +155,7 @@ def main(argv):
                     options.gauss_newton_dir, options.heading, _command()))
   if os.path.isdir(options.fpovi_dir):
     text = fpovi_table8_text(options.fpovi_dir, _command())
-    tables.write_text(os.path.join(options.output_dir, "fpovi_table8.md"), text)
+    tables.write_text(os.path.join(options.output_dir, FPOVI_FILENAME), text)
     print(text)
 
 

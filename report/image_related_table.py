@@ -1,7 +1,7 @@
 """VOGN and refined VOGN beside the VI family and the baselines on LeNet-5 (issue: the field's other
 answers).
 
-  python -m image.related_table --results_dir=results/image \\
+  python -m report.image_related_table --results_dir=results/image \\
       --related_dir=results/related/image --output_dir=results/related
 
 Writes `image_table.md`: test MLL, accuracy, ECE and Brier score of the M = 10
@@ -18,20 +18,24 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli, related_table, tables
-from image import table
+from common import cli
 from image.config import ImageConfig
+from report import image_table, related_table, tables
 
 METHODS = ("deep_ensemble", "mnf", "vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn")
 METRICS = (("test_mll", "Test MLL", ",.4f"), ("test_accuracy", "Test accuracy", ".4f"),
            ("ece", "ECE", ".4f"), ("brier", "Brier score", ".4f"),
            ("elbo", "ELBO (VI or VOGN posterior)", ",.0f"),
            ("elbo_aux", "ELBO_aux (refined)", ",.0f"))
+TABLE_FILENAME = "image_table.md"
+# What the report shows of this module's output, relative to its default --output_dir
+# (<results>/related).
+RELATED_SECTIONS = (TABLE_FILENAME,)
 
 
 def write_table(results_dir: str, related_dir: str, output_dir: str) -> str:
   """Writes output_dir/image_table.md from both folders' runs and returns its text."""
-  runs = pd.concat([table.load_runs(results_dir), table.load_runs(related_dir)],
+  runs = pd.concat([image_table.load_runs(results_dir), image_table.load_runs(related_dir)],
                    ignore_index=True)
   runs = runs[runs.method.isin(METHODS)]
   if runs.empty:
@@ -45,8 +49,8 @@ def write_table(results_dir: str, related_dir: str, output_dir: str) -> str:
            "prior scale per tensor).", "",
            related_table.provenance(runs)]
   text = related_table.comparison_text(runs, METHODS, METRICS, title, "test_mll", ImageConfig,
-                                       "python -m image.related_table")
-  tables.write_text(os.path.join(output_dir, "image_table.md"), text)
+                                       "python -m report.image_related_table")
+  tables.write_text(os.path.join(output_dir, TABLE_FILENAME), text)
   return text
 
 

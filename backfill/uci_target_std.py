@@ -1,14 +1,14 @@
 """One-off: adds metrics.target_std to UCI results.json files written before the binary recorded it.
 
-  python -m results.uci.backfill_target_std --data_dir=/work/shared/data/uci \
+  python -m backfill.uci_target_std --data_dir=$REFINED_VI_DATA_DIR/uci \
       results/uci results/ablations
 
-uci/table.py converts ELBOs to original units with metrics["target_std"], the std of the training
-targets the run standardised with. For runs that lack it this recomputes it as uci/main.py does
-(the run's dataset, split and seed; data from --data_dir only, never downloaded), checks the split
-against the recorded num_train and num_test, and adds it with a top-level "backfilled" note naming
-the commit and this script, so nobody mistakes it for a recorded value. Files that already have
-target_std are left alone; the rest are rewritten by the writer the binaries use, so the only
+report/uci_table.py converts ELBOs to original units with metrics["target_std"], the std of the
+training targets the run standardised with. For runs that lack it this recomputes it as uci/main.py
+does (the run's dataset, split and seed; data from --data_dir only, never downloaded), checks the
+split against the recorded num_train and num_test, and adds it with a top-level "backfilled" note
+naming the commit and this script, so nobody mistakes it for a recorded value. Files that already
+have target_std are left alone; the rest are rewritten by the writer the binaries use, so the only
 change is the two added keys.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Optional
 from common.results import RESULTS_FILENAME, backfill_note, write_json_atomically
 from uci import data
 
-SCRIPT = "results/uci/backfill_target_std.py"
+SCRIPT = "backfill/uci_target_std.py"
 
 
 def target_std(run_flags: dict, data_dir: str, cache: dict) -> tuple[float, int, int]:

@@ -1,10 +1,10 @@
 """Outlier weight draws in training traces, and the KL excursions that follow them.
 
   ablation=results/related/ablations/vogn_outlier_draws
-  python -m image.trace_outliers --traces=$ablation/traces/vogn_mnist_seed_1.npz,... \
+  python -m report.trace_outliers --traces=$ablation/traces/vogn_mnist_seed_1.npz,... \
       --labels="VOGN MNIST seed 1,..." --output=$ablation/table.md
 
-A trace.npz (written beside the checkpoints; `image.trace_comparison`) holds,
+A trace.npz (written beside the checkpoints; `report.trace_comparison`) holds,
 per step, the minibatch ELBO estimate at that step's weight draw and the KL of
 the parameters the draw came from (before the step's update). Their sum is the
 draw's expected log-likelihood term, N * mean log p(y | x, w). An outlier draw
@@ -26,7 +26,7 @@ from absl import flags
 
 from common import cli
 from common.results import write_text_atomically
-from image.trace_comparison import load_trace
+from report.trace_comparison import load_trace
 
 RECOVERED_RATIO = 1.5
 

@@ -1,19 +1,19 @@
 """One-off: adds metrics.calibration_error to committed UCI runs from bit-identical reruns.
 
-  python -m results.uci.backfill_calibration_error --rerun_root=/path/to/rerun \
+  python -m backfill.uci_calibration_error --rerun_root=/path/to/rerun \
       results/uci results/related/uci results/related/vogn_gauss_newton/uci
 
 uci/main.py records calibration_error (the regression ECE, uci/regression.py) since 2b1ac4a; the
-runs behind results/related/uci_table.md predate it. The UCI runs are deterministic on CPU (a
-rerun at the same code gives every number bit for bit), so this script trusts a rerun only as far
-as it can check it: it reruns nothing itself, but reads the run at the same path under
---rerun_root (made by a command at the end of uci_table.md with its --output_root moved under
-that root, at the code commit the command names, with 2b1ac4a's uci/regression.py applied if that
-commit is older), and copies calibration_error in only if the rerun was made with the same
-settings (Config.differences) and records every metric of the run with an equal value. The copy carries a
-"backfilled" note naming this script, its commit and the rerun's, so nobody mistakes it for a
-recorded value. A run without a rerun is left alone and counted; a rerun that disagrees leaves
-the file alone, is named, and exits 1.
+runs behind results/related/uci_table.md predate it. The UCI runs are deterministic on CPU (a rerun
+at the same code gives every number bit for bit), so this script trusts a rerun only as far as it
+can check it: it reruns nothing itself, but reads the run at the same path under --rerun_root (made
+by a command at the end of uci_table.md with its --output_root moved under that root, at the code
+commit the command names, with 2b1ac4a's uci/regression.py applied if that commit is older), and
+copies calibration_error in only if the rerun was made with the same settings (Config.differences)
+and records every metric of the run with an equal value. The copy carries a "backfilled" note
+naming this script, its commit and the rerun's, so nobody mistakes it for a recorded value. A run
+without a rerun is left alone and counted; a rerun that disagrees leaves the file alone, is named,
+and exits 1.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from typing import Optional, Union
 
 from common.config import recorded_config
 from common.results import backfill_note, write_json_atomically
-from uci import table
+from report import uci_table
 from uci.config import UciConfig
 
-SCRIPT = "results/uci/backfill_calibration_error.py"
+SCRIPT = "backfill/uci_calibration_error.py"
 METRIC = "calibration_error"
 
 
@@ -88,7 +88,7 @@ def main(argv: Optional[list[str]] = None) -> None:
   counts = {"added": 0, "recorded": 0, "no rerun": 0}
   refused = []
   for root in args.roots:
-    for path in sorted(table.load_runs(root).path):
+    for path in sorted(uci_table.load_runs(root).path):
       outcome = backfill(path, os.path.join(args.rerun_root, os.path.relpath(path)), note)
       if isinstance(outcome, list):
         refused.append(f"{path}: {'; '.join(outcome)}")

@@ -1,7 +1,7 @@
 """Two training traces (VI, VOGN) side by side: minibatch ELBO and KL averaged around given steps.
 
   ablation=results/ablations/mnist_initial_posterior_scale
-  python -m image.trace_comparison \
+  python -m report.trace_comparison \
       --baseline=results/image/mnist/vi_checkpoints/seed_0/trace.npz \
       --variant=$ablation/untransformed_-4/vi_checkpoints/seed_0/trace.npz \
       --output=$ablation/trace_comparison.md

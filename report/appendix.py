@@ -14,14 +14,14 @@ from typing import Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from common.results_loader import load_paper_table, load_runs
+from report.results_loader import load_paper_table, load_runs
 
 PAPER_TABLES = {"uci": "table1_uci.csv", "image": "table2_lenet5.csv"}
 # Our metric -> the paper's column stem. The paper's ELBO column holds ELBO_aux
 # for refined VI, so `bound` (elbo_aux where present, else elbo) maps to it.
 PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"}
 # UCI runs record ELBOs for standardised targets, the paper's Table 1 for original units:
-# `python -m uci.table` converts them with each run's target_std and compares ELBOs there.
+# `python -m report.uci_table` converts them with each run's target_std and compares ELBOs there.
 PAPER_COLUMNS_BY_BENCHMARK = {"uci": {"test_mll": "mll"}}
 BENCHMARK_TABLES = {"uci": "uci/table.md", "image": "image/table.md"}
 KEYS = ["benchmark", "dataset", "method"]

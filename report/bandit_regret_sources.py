@@ -11,7 +11,7 @@ eating minus passing it chose from, per class (records made before that was kept
 agent that cannot tell the classes apart shows as equal eat rates and gaps for both; one that
 rules eating out, as negative gaps for edible mushrooms too.
 
-  python -m bandits.regret_sources --run_dirs=results/bandits/mushroom/vi_ts,... \
+  python -m report.bandit_regret_sources --run_dirs=results/bandits/mushroom/vi_ts,... \
       --output_dir=results/bandits/mushroom
 """
 from __future__ import annotations
