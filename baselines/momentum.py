@@ -1,5 +1,5 @@
 """SGD with heavy-ball momentum, as an optimiser of `ElboMaximizer` (the "Momentum" baseline of
-the MISSO note's Figure 1, `../shared/related/vi_misso_lenet5.md`)."""
+the MISSO note's Figure 1: the anonymous note "Variational Inference and Dropout")."""
 from __future__ import annotations
 
 from typing import Sequence

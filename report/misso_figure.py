@@ -1,5 +1,6 @@
-"""The MISSO note's Figure 1 (`../shared/related/vi_misso_lenet5.md`): the negated ELBO of Bayesian
-LeNet-5 on MNIST against epochs, one line per optimiser.
+"""The MISSO note's Figure 1 (the anonymous note "Variational Inference and Dropout", which applies
+MISSO to VI; results/related/README.md): the negated ELBO of Bayesian LeNet-5 on MNIST against
+epochs, one line per optimiser.
 
   python -m report.misso_figure --runs_dir=results/related/misso/mnist \\
       --output_dir=results/related/misso
