@@ -1,4 +1,5 @@
-"""What every binary shares: seeding, results files, reports."""
+"""What every binary shares: settings and flags, device setup, seeding, data downloads and image
+data, classification metrics, and writing results.json (reading them back is report/'s)."""
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
