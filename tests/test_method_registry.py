@@ -31,7 +31,7 @@ def _method_fields(config_class: type) -> set[str]:
 
 def test_every_method_is_registered_once_with_its_settings_and_needs():
   names = registry.names()
-  assert names == ("vi", "refined_vi", "vi_equal_compute", "deep_ensemble", "vogn",
+  assert names == ("vi", "refined_vi", "vi_equal_compute", "mnf", "deep_ensemble", "vogn",
                    "refined_vogn", "svgd", "fsvgd")
   for name in names:
     method = registry.method(name)
@@ -46,7 +46,7 @@ def test_every_method_is_registered_once_with_its_settings_and_needs():
 def test_a_benchmark_offers_the_methods_its_networks_supply():
   assert UciConfig.__dataclass_fields__["method"].metadata["choices"] == registry.names()
   assert ImageConfig.__dataclass_fields__["method"].metadata["choices"] == (
-      "vi", "refined_vi", "vi_equal_compute", "deep_ensemble", "vogn", "refined_vogn")
+      "vi", "refined_vi", "vi_equal_compute", "mnf", "deep_ensemble", "vogn", "refined_vogn")
   # ResNet-20 has no MNF version, and its L2 penalty on point estimates rules VOGN out.
   assert ResNetConfig.__dataclass_fields__["method"].metadata["choices"] == (
       "vi", "refined_vi", "vi_equal_compute", "deep_ensemble")
@@ -142,8 +142,8 @@ def test_helpfull_groups_each_methods_flags_under_its_module_and_help_shows_the_
 
 
 def test_the_registry_groups_a_tables_methods_into_jobs():
-  assert registry.training_jobs(["deep_ensemble", "vi_equal_compute", "vi",
-                                 "refined_vogn"]) == [["vi", "vi_equal_compute"],
+  assert registry.training_jobs(["deep_ensemble", "vi_equal_compute", "vi", "mnf",
+                                 "refined_vogn"]) == [["vi", "vi_equal_compute"], ["mnf"],
                                                       ["deep_ensemble"], ["refined_vogn"]]
   listed = _run("-m", "methods.registry", "--jobs=refined_vi svgd vogn refined_vogn vi")
   assert listed.returncode == 0 and listed.stdout.splitlines() == [
