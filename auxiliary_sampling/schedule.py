@@ -30,6 +30,9 @@ import numpy as np
 from auxiliary_sampling.validation import check_integer
 
 LEARNING_RATE_RULES = ("paper", "authors_code")
+# The paper's refinement (Section 4.1): K = 5 auxiliary variables, each taking 0.7 of the
+# remaining prior variance, T = 200 Adam steps after each.
+PAPER_NUM_AUXILIARY, PAPER_VARIANCE_RATIO, PAPER_STEPS_PER_AUXILIARY = 5, 0.7, 200
 
 # Each rule's base learning rate, and how many stages back it takes the conditional prior whose
 # standard deviation scales it: the paper's p(w | a_1..k), the authors' code's p(w | a_1..k-1).

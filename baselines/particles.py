@@ -35,7 +35,7 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from auxiliary_sampling.training_data import check_data
-from baselines.config import PARTICLE_INITIALIZERS
+from baselines.trainer_options import PARTICLE_INITIALIZERS
 from baselines.deep_ensemble import FanSumNormal, MemberDense, member_regression_layers
 from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 from baselines.learning_rate import LearningRateSchedule

@@ -16,7 +16,7 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
-from baselines.config import VI_OPTIMIZERS
+from baselines.trainer_options import VI_OPTIMIZERS
 from baselines.learning_rate import LearningRateSchedule
 from baselines.misso import MissoMaximizer
 from baselines.momentum import MomentumSgd

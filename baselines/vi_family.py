@@ -1,14 +1,11 @@
-"""The mean-field methods every benchmark compares, run one way for all binaries.
+"""The mean-field methods, one way for every benchmark: fit, then predict, refine or train on.
 
-  vi                 mean-field VI, M posterior draws for the predictive;
-  refined_vi         the same VI model, then M refined samples (paper Algorithm 1);
-  vi_equal_compute   VI trained further for M * K * T more Adam steps, the
-                     steps refinement spends (the fair-compute baseline);
-  vogn               the mean-field posterior fitted by VOGN (baselines.vogn);
-  refined_vogn       the same VOGN model, then M refined samples.
-The VI methods share one VI checkpoint directory when a benchmark's runs point
-at the same `vi_checkpoint_dir`, so the mean-field model is trained once; the
-VOGN methods share its `vogn` subdirectory.
+A mean-field posterior is fitted by VI (`baselines.vi`) or VOGN (`baselines.vogn`), resuming
+from its checkpoint; then the method predicts with M posterior draws (vi, vogn), refines M
+samples (refined_vi, refined_vogn; paper Algorithm 1), or trains VI further for the M * K * T
+Adam steps refinement spends (vi_equal_compute, the fair-compute baseline). Runs of one
+benchmark, dataset and seed that point at the same `vi_checkpoint_dir` share the fitted model,
+so it is trained once; the VOGN methods share its `vogn` subdirectory.
 """
 from __future__ import annotations
 
@@ -28,11 +25,14 @@ from auxiliary_sampling.refine import RefinementResult, Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
 from baselines.background import BackgroundWork
-from baselines.config import EXTRA_VI, REFINED, VI, VI_FAMILY, VOGN, VOGN_FAMILY, MethodConfig
 from baselines.learning_rate import LearningRateSchedule
 from baselines.training import InputTransform, Penalty
 from baselines.vi import MeanFieldTrainer
 from baselines.vogn import VognTrainer
+from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
+
+# What follows the fit: predict with posterior draws, refine samples, or train VI further.
+CONTINUATIONS = PREDICT, REFINE, TRAIN_FURTHER = ("predict", "refine", "train_further")
 
 
 @dataclasses.dataclass
@@ -52,14 +52,28 @@ class ViFamilyRun:
     return posterior_draws(self.model, inputs, self.num_samples)
 
 
-def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.Module], inputs,
+def train_mean_field_method(run: TrainingInputs, fit: str, then: str) -> MethodRun:
+  """A registered mean-field method (`methods.vi` and the others): `run_vi_family` on the
+  benchmark's mean-field networks, as the method's `fit` and `then` say."""
+  trained = run_vi_family(run.config, run.networks.mean_field, run.inputs, run.labels,
+                          run.log_likelihood_fn, run.output_dir,
+                          checkpoint_dir_fn=run.checkpoint_dir, penalty=run.networks.penalty,
+                          input_transform=run.input_transform, fit=fit, then=then)
+  return MethodRun(sample_outputs=trained.sample_outputs, models=[trained.model],
+                   metrics=trained.metrics, timings=trained.timings,
+                   refinement=trained.refinement)
+
+
+def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs,
                   labels, log_likelihood_fn: LogLikelihoodFn, output_dir: str,
                   checkpoint_dir_fn: Optional[Callable[[str], str]] = None,
                   penalty: Optional[Penalty] = None,
-                  input_transform: Optional[InputTransform] = None) -> ViFamilyRun:
-  """Trains VI or VOGN (resuming from its checkpoint), then trains on or refines as
-  `config.method` says.
+                  input_transform: Optional[InputTransform] = None, *, fit: str = VI,
+                  then: str = PREDICT) -> ViFamilyRun:
+  """Fits the mean-field posterior by `fit` (VI or VOGN, resuming from its checkpoint), then
+  predicts, refines or trains VI further as `then` says (one of CONTINUATIONS).
 
+  `config` holds the binary's settings (the method's among them);
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
   `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi",
   "extra_vi" and "vogn" (default: under `output_dir/checkpoints`); `penalty` (per
@@ -67,16 +81,15 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
   objective, and from refinement's when it refits them; `input_transform`
   augments every training batch of VI and refinement.
   """
-  method = config.method
-  if method not in VI_FAMILY + VOGN_FAMILY:
-    raise ValueError(f"unknown mean-field method {method!r}; allowed: "
-                     f"{', '.join(VI_FAMILY + VOGN_FAMILY)}")
+  if fit not in (VI, VOGN) or then not in CONTINUATIONS or (fit == VOGN and then == TRAIN_FURTHER):
+    raise ValueError(f"fit={fit!r}, then={then!r}; allowed: fit {VI} or {VOGN}, then one of "
+                     f"{', '.join(CONTINUATIONS)} ({TRAIN_FURTHER} after {VI} only)")
   if checkpoint_dir_fn is None:
     def checkpoint_dir_fn(trainer):
       return os.path.join(output_dir, "checkpoints", trainer)
   num_examples = int(np.shape(inputs)[0])
   model = model_fn(None)
-  if method in VOGN_FAMILY:
+  if fit == VOGN:
     if penalty is not None or input_transform is not None:
       raise ValueError("VOGN takes no penalty of point estimates and no input transform")
     trainer_name = VOGN
@@ -96,7 +109,7 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
                                weight_noise=config.vi_weight_noise)
   vi_steps = config.num_steps(VI, num_examples)
   build_refiner = None
-  if method in REFINED:
+  if then == REFINE:
     penalty_fn = None
     if penalty is not None and config.refit_deterministic:
       def penalty_fn(members):
@@ -126,7 +139,7 @@ def run_vi_family(config: MethodConfig, model_fn: Callable[[Optional[int]], tf.M
       timings["train_setup_seconds"] = training.setup_seconds
     if preparation is not None:
       timings["refine_prepare_seconds"] = preparation.result()
-  if method == "vi_equal_compute":
+  if then == TRAIN_FURTHER:
     total_steps = vi_steps + config.extra_vi_steps
     if config.extra_vi_steps:
       extended = trainer.train(total_steps, checkpoint_dir=checkpoint_dir_fn(EXTRA_VI),

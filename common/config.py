@@ -159,6 +159,10 @@ class Config:
   def check(self) -> None:
     """Relations between fields (a subclass's); raises UsageError."""
 
+  def check_replicas(self, num_replicas: int) -> None:
+    """Whether the run can use `num_replicas` replicas (a subclass's, each calling super());
+    raises UsageError."""
+
   def thread_count(self) -> int:
     """The intra-op thread count to set at start-up: --intra_op_threads where the binary declares
     it (>= 0 there; a config whose flag takes other values, as UciConfig's -1, overrides this),

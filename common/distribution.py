@@ -45,20 +45,19 @@ class DeviceConfig(Config):
                           shapes=NOTHING)
   tpu: Optional[str] = setting(
       None, "TPU to train on (a name or grpc:// address for TPUClusterResolver): TPUStrategy "
-      "over its cores. Untested: this machine has no TPU.", shapes=NOTHING)
+      "over its cores.", shapes=NOTHING)
   num_cores: int = setting(1, "GPUs or TPU cores the run expects; the run stops if the strategy "
                            "finds another number of replicas.", minimum=1, shapes=NOTHING)
   use_bfloat16: bool = setting(False, "Compute the network in bfloat16 where the benchmark "
                                "supports it (variables and the ELBO stay float32).", shapes=ALL)
   intra_op_threads: int = setting(
       0, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS or "
-      "every core). Small networks run faster on one (benchmarks.step_floor).", minimum=0,
+      "every core).", minimum=0,
       maximum=1024, shapes=NOTHING)
 
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
-      "one device). The UCI network's VI step runs 3-5x faster (benchmarks.step_floor), but "
-      "every maximiser first compiles for ~2 s (its warm-up there).",
+      "one device). Each maximiser compiles once before its first chunk.",
       # Runs recorded before this setting existed ran uncompiled.
       shapes=NOTHING, round_off=True, absent_means=False)
   noise_chunk_steps: int = setting(
@@ -68,21 +67,17 @@ class DeviceConfig(Config):
       # Runs recorded before this setting existed drew inside each step.
       absent_means=0)
   jit_compile_refinement: bool = setting(
-      True, "With --jit_compile: compile refinement's chunks too. Off for the UCI network, where "
-      "compiling a refinement (1-2 s) costs about what its 1,000 steps save "
-      "(benchmarks.uci_run_time).", shapes=NOTHING, only_with="jit_compile", round_off=True,
+      True, "With --jit_compile: compile refinement's chunks too.", shapes=NOTHING, only_with="jit_compile", round_off=True,
       # Runs recorded before this setting existed compiled refinement with the rest.
       absent_means=True)
   jit_compile_ensemble: bool = setting(
-      True, "With --jit_compile: compile the deep ensemble's chunks too. Off for the UCI network, "
-      "whose 10 members' batched products run slower compiled (benchmarks.step_floor: 1.20 "
-      "against 1.00 ms per step on one thread). The same draws either way; the results differ by "
-      "round-off grown over the steps (a Boston run's test MLL -2.908 against -2.901).",
+      True, "With --jit_compile: compile the deep ensemble's chunks too (the same draws either "
+      "way; the results differ by round-off grown over the steps).",
       shapes=NOTHING, only_with="jit_compile", round_off=True, absent_means=True)
   xla_cache_dir: Optional[str] = setting(
       None, "With --jit_compile: keep XLA's compiled chunks in this directory (made if missing) "
       "and load them in later runs with the same shapes (other seeds, methods, reruns) instead of "
-      "compiling again: about 1 s less per maximiser for the UCI network.", shapes=NOTHING)
+      "compiling again.", shapes=NOTHING)
 
   def check(self) -> None:
     super().check()
@@ -109,6 +104,7 @@ class DeviceConfig(Config):
 
   def check_replicas(self, num_replicas: int) -> None:
     """Raises UsageError if the run cannot use `num_replicas` replicas as flagged."""
+    super().check_replicas(num_replicas)
     if num_replicas != self.num_cores:
       raise UsageError(
           f"--num_cores={self.num_cores} but the strategy found {num_replicas} replicas "

@@ -10,8 +10,8 @@
 # <root>/<benchmark>/<dataset>/<variant>/, as ResNet-20's four architectures are.) Per dataset and seed, vi,
 # refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
 # (<root>/<benchmark>/<dataset>/vi_checkpoints/seed_<s>), so the mean-field model is trained once;
-# vogn and refined_vogn likewise share its vogn/ subfolder; mnf, deep_ensemble, svgd and fsvgd are
-# separate jobs.
+# vogn and refined_vogn likewise share its vogn/ subfolder; the other methods are separate jobs
+# (`python -m methods.registry --jobs="..."` says which methods share a job).
 # With --jobs=N, N jobs run at once, one thread each.
 # --vi_checkpoint_root reads (and writes) the VI checkpoints under ROOT instead of --output_root: a variant
 # of refinement (extra flags) then starts from the very VI models of an existing table.
@@ -71,23 +71,15 @@ export output_root benchmark vi_checkpoint_root failures variant
 export extra_flags="${extra[*]:-}"
 
 job_list() {
-  local vi_family=() vogn_family=() others=()
-  for method in $methods; do
-    case "$method" in
-      vi|refined_vi|vi_equal_compute) vi_family+=("$method") ;;
-      vogn|refined_vogn) vogn_family+=("$method") ;;
-      mnf|deep_ensemble|svgd|fsvgd) others+=("$method") ;;
-      *) echo "error: unknown method '$method'; allowed: vi refined_vi vi_equal_compute mnf deep_ensemble vogn refined_vogn svgd fsvgd" >&2
-         exit 2 ;;
-    esac
-  done
-  for seed in $seeds; do for dataset in $datasets; do
-    [[ ${#vi_family[@]} -gt 0 ]] && echo "$dataset $seed ${vi_family[*]}"
-    [[ ${#vogn_family[@]} -gt 0 ]] && echo "$dataset $seed ${vogn_family[*]}"
-  done; done
-  for method in "${others[@]}"; do for seed in $seeds; do for dataset in $datasets; do
-    echo "$dataset $seed $method"
-  done; done; done
+  # The registry groups the methods into jobs: those that start from one trained model (vi,
+  # refined_vi, vi_equal_compute; vogn, refined_vogn) run in order in one job.
+  local groups
+  groups=$(python -m methods.registry --jobs="$methods") || exit 2
+  while read -r group; do
+    for seed in $seeds; do for dataset in $datasets; do
+      echo "$dataset $seed $group"
+    done; done
+  done <<<"$groups"
 }
 
 jobs_file=$(mktemp)

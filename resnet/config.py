@@ -9,19 +9,22 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.config import ENSEMBLE, EXTRA_VI, VI, VI_FAMILY, MethodConfig
 from baselines.image_config import ImageClassificationConfig
 from baselines.learning_rate import LearningRateSchedule, steps_in
 from common.config import NOTHING, RESULTS, UsageError, setting, with_default
+from methods import registry
+from methods.refined_vi import RefinementConfig
+from methods.registry import ENSEMBLE, EXTRA_VI, VI
 
 VARIATIONAL_MODES = ("hybrid", "full")
-METHODS = VI_FAMILY + ("deep_ensemble",)
+# ResNet-20 comes as mean-field and ensemble networks, with an L2 penalty on point estimates.
+METHODS = registry.methods_for(("mean_field", "ensemble"), penalty=True)
 PAPER_DECAY_EPOCHS = (80.0, 120.0, 160.0, 180.0)
 PAPER_DECAY_FACTORS = (0.1, 0.01, 0.001, 0.0005)
 
 
 @dataclasses.dataclass
-class ResNetConfig(ImageClassificationConfig):
+class ResNetConfig(ImageClassificationConfig, *registry.configs_of(METHODS)):
   """One dataset, variant (variational mode, batch norm), method and seed of ResNet-20."""
 
   # The stem, the shortcuts and batch norm stay point estimates in the variational ResNets.
@@ -49,8 +52,8 @@ class ResNetConfig(ImageClassificationConfig):
       PAPER_DECAY_FACTORS, "The learning rate's factor after each of --decay_epochs.", above=0)
   l2: float = setting(1e-4, "L2 weight on the deterministic convolutions' kernels (per example, "
                       "as a Keras regulariser; the authors': 1e-4).", minimum=0)
-  num_auxiliary: int = with_default(MethodConfig, "num_auxiliary", 10)
-  variance_ratio: float = with_default(MethodConfig, "variance_ratio", 0.5)
+  num_auxiliary: int = with_default(RefinementConfig, "num_auxiliary", 10)
+  variance_ratio: float = with_default(RefinementConfig, "variance_ratio", 0.5)
   steps_per_checkpoint: int = setting(
       0, "Training steps between checkpoints and progress lines (0: one epoch).", minimum=0,
       shapes=NOTHING)

@@ -35,7 +35,7 @@ from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from baselines.batch_norm import MemberBatchNormalization
 from baselines.deep_ensemble import MemberConv2D, MemberDense
-from baselines.methods import Networks
+from methods.registry import Networks
 
 if TYPE_CHECKING:
   from resnet.config import ResNetConfig

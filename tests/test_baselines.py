@@ -15,7 +15,9 @@ from auxiliary_sampling.noise import box_muller_normal
 from baselines import deep_ensemble, mnf
 from baselines.config import MethodConfig
 from baselines.learning_rate import LearningRateSchedule
-from baselines.methods import Networks, train_method
+from baselines.methods import train_method
+from methods import registry
+from methods.registry import Networks
 from baselines import training
 from baselines.training import CheckpointedTraining
 from baselines.vi import MeanFieldTrainer
@@ -314,7 +316,7 @@ def test_adversarial_examples_increase_the_loss_and_training_fits():
 
 
 @dataclasses.dataclass
-class _SteppedConfig(MethodConfig):
+class _SteppedConfig(MethodConfig, *registry.configs_of(("vi", "deep_ensemble"))):
   """A benchmark whose learning rate all but stops after step 20 (as ResNet-20's epochs step it)."""
 
   def learning_rate_schedule(self, num_examples):

@@ -5,18 +5,24 @@ import dataclasses
 import os
 from typing import Optional
 
-from baselines.config import (ENSEMBLE, EXTRA_VI, MNF, PARTICLES, REFINED, VI, VOGN,
-                              MethodConfig)
-from common.config import (NOTHING, UsageError, data_dir_setting, download_setting, setting,
-                           with_default)
+from baselines.config import REFINED, MethodConfig
+from common.config import (NOTHING, RESULTS, UsageError, data_dir_setting, download_setting,
+                           setting, with_default)
 from common.distribution import DeviceConfig
+from methods import registry
+from methods.registry import ENSEMBLE, EXTRA_VI, MNF, PARTICLES, VI, VOGN
 from uci import data
+
+# The UCI networks come in every kind (mean-field, MNF, ensemble, particles): every method runs.
+METHODS = registry.methods_for(("mean_field", "mnf", "ensemble", "particles"))
 
 
 @dataclasses.dataclass
-class UciConfig(MethodConfig):
+class UciConfig(MethodConfig, *registry.configs_of(METHODS)):
   """One dataset, one method, one seed."""
 
+  method: str = setting("refined_vi", "Method to train and evaluate.", choices=METHODS,
+                        shapes=RESULTS)
   dataset: str = setting("boston_housing", "UCI dataset (the paper's names).",
                          choices=sorted(data.DATASETS))
   split: str = setting(
@@ -53,11 +59,11 @@ class UciConfig(MethodConfig):
   noise_chunk_steps: int = with_default(DeviceConfig, "noise_chunk_steps", 100)
   intra_op_threads: int = setting(
       -1, "Threads each TensorFlow op may use (0: TensorFlow's choice, $TF_NUM_INTRAOP_THREADS "
-      "or every core; -1: by method: one for refined_vi and refined_vogn, whose refinement steps "
-      "(uncompiled, a few hundred tiny ops) run faster on one and whose refinement is traced on a "
-      "second thread during VI, which then has the other core, and for deep_ensemble, whose "
-      "uncompiled step runs 1.5x faster on one; TensorFlow's choice otherwise, and whenever "
-      "$TF_NUM_INTRAOP_THREADS is set).",
+      "or every core; -1: by method: one for refined_vi, refined_vogn and deep_ensemble, "
+      "TensorFlow's choice otherwise and whenever $TF_NUM_INTRAOP_THREADS is set).",
+      # One thread: the refined methods' uncompiled refinement steps (a few hundred tiny ops)
+      # run faster on one while their refinement is traced on a second thread during VI, and the
+      # ensemble's uncompiled step too (benchmarks.step_floor, benchmarks.uci_run_time).
       minimum=-1, maximum=1024, shapes=NOTHING)
 
   def check(self) -> None:

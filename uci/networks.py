@@ -7,7 +7,7 @@ import tf_keras
 
 from auxiliary_sampling.layers import DenseReparameterization
 from baselines import deep_ensemble, mnf, particles
-from baselines.methods import Networks
+from methods.registry import Networks
 from uci.config import UciConfig
 from baselines.gaussian_head import HomoscedasticNoise
 

@@ -1,0 +1,1 @@
+"""The methods the benchmarks compare, one module each, found by name in `methods.registry`."""
