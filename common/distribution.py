@@ -67,7 +67,8 @@ class DeviceConfig(Config):
       # Runs recorded before this setting existed drew inside each step.
       absent_means=0)
   jit_compile_refinement: bool = setting(
-      True, "With --jit_compile: compile refinement's chunks too.", shapes=NOTHING, only_with="jit_compile", round_off=True,
+      True, "With --jit_compile: compile refinement's chunks too.", shapes=NOTHING,
+      only_with="jit_compile", round_off=True,
       # Runs recorded before this setting existed compiled refinement with the rest.
       absent_means=True)
   jit_compile_ensemble: bool = setting(

@@ -14,16 +14,12 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
+from methods import registry
 from report import results_loader
 from common.results import atomic_output
 
-METHOD_TITLES = {
-    "deep_ensemble": "Deep ensemble",
-    "mnf": "MNF",
-    "vi": "VI",
-    "vi_equal_compute": "VI (equal compute)",
-    "refined_vi": "Refined VI"
-}
+# Each method's title in tables, as its module declares it (`methods.registry`).
+METHOD_TITLES = {name: registry.method(name).title for name in registry.names()}
 METRIC_TITLES = {
     "test_mll": "MLL",
     "test_accuracy": "Acc",
