@@ -52,22 +52,30 @@ if [[ "$jobs" -gt 1 ]]; then
 fi
 
 failures=$(mktemp)
+finished=$(mktemp)   # one line per finished run, for the running count
 run_one() {  # dataset method seed
   local group="$1${variant:+/$variant}"
   local dir="$output_root/$benchmark/$group/$2/seed_$3"
+  local status headline count
   mkdir -p "$dir"
   if python -m "$benchmark.main" --dataset="$1" --method="$2" --seed="$3" --output_dir="$dir" \
       --vi_checkpoint_dir="$vi_checkpoint_root/$benchmark/$group/vi_checkpoints/seed_$3" "${extra[@]}" \
       >"$dir/log.txt" 2>&1; then
-    echo "done $group $2 seed $3"
+    # The binary prints its headline metrics last ("test_mll: -2.5800"), or says it had nothing to do.
+    headline=$(grep -E '^(test_mll|test_accuracy|test_rmse): ' "$dir/log.txt" | tr '\n' ' ')
+    grep -q "already holds this run" "$dir/log.txt" && headline="already made with these settings"
+    status="done $group $2 seed $3: ${headline:-see $dir/log.txt}"
   else
     local reason
     reason=$(grep '^error:' "$dir/log.txt" | tail -1)
-    echo "FAILED $group $2 seed $3: ${reason:-see $dir/log.txt}" | tee -a "$failures"
+    status="FAILED $group $2 seed $3: ${reason:-see $dir/log.txt}"
+    echo "$status" >>"$failures"
   fi
+  count=$(flock "$finished" sh -c 'echo x >>"$0"; wc -l <"$0"' "$finished")
+  echo "[$count/$total_runs] $status"
 }
 export -f run_one
-export output_root benchmark vi_checkpoint_root failures variant
+export output_root benchmark vi_checkpoint_root failures finished variant
 export extra_flags="${extra[*]:-}"
 
 job_list() {
@@ -84,10 +92,12 @@ job_list() {
 
 jobs_file=$(mktemp)
 job_list >"$jobs_file"
+total_runs=$(awk '{runs += NF - 2} END {print runs + 0}' "$jobs_file")
+export total_runs
 # Each line: dataset seed method...; its methods run in order.
 xargs -P "$jobs" -L 1 bash -c 'set -u; extra=($extra_flags); dataset=$0; seed=$1; shift
   for method in "$@"; do run_one "$dataset" "$method" "$seed"; done' <"$jobs_file"
-rm -f "$jobs_file"
+rm -f "$jobs_file" "$finished"
 if [[ -s "$failures" ]]; then
   echo "$(wc -l <"$failures") run(s) failed:" >&2
   cat "$failures" >&2

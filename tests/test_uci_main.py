@@ -409,8 +409,12 @@ def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path)
   assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]
   assert results["flags"]["refine_weight_noise"] == "per_batch"
   assert not (variant / "uci" / "yacht_hydrodynamics" / "vi_checkpoints").exists()
+  # One line per finished run: a running count and the run's headline metrics.
+  assert "[1/1] done yacht_hydrodynamics vi seed 0: test_mll: -" in first.stdout, first.stdout
+  assert "test_rmse: " in first.stdout
   rerun = run_table(f"--output_root={table}", "--methods=vi")
-  assert rerun.returncode == 0 and "done yacht_hydrodynamics vi seed 0" in rerun.stdout
+  assert rerun.returncode == 0 and (
+      "[1/1] done yacht_hydrodynamics vi seed 0: already made with these settings" in rerun.stdout)
   other = run_table(f"--output_root={table}", "--methods=vi", extra_flags=["--learning_rate=0.002"])
   assert other.returncode == 1, other.stdout + other.stderr
   assert ("FAILED yacht_hydrodynamics vi seed 0: error: " in other.stderr and
