@@ -33,24 +33,48 @@ def verify(path: str, sha256: str) -> str:
   return path
 
 
+def _missing_folders(folder: str) -> list[str]:
+  """`folder` and those of its parents that do not exist yet, deepest first."""
+  missing = []
+  folder = os.path.abspath(folder)
+  while folder and not os.path.exists(folder):
+    missing.append(folder)
+    parent = os.path.dirname(folder)
+    if parent == folder:
+      break
+    folder = parent
+  return missing
+
+
 def fetch(url: str, destination: str, sha256: str) -> str:
-  """Downloads `url` to `destination` (atomically, verified) unless a verified copy is there."""
+  """Downloads `url` to `destination` (atomically, verified) unless a verified copy is there.
+
+  A failed download leaves nothing behind: neither a partial file nor the folders made for it.
+  """
   if os.path.exists(destination):
     return verify(destination, sha256)
-  os.makedirs(os.path.dirname(destination) or ".", exist_ok=True)
-  descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(destination) or ".", suffix=".part")
+  folder = os.path.dirname(destination) or "."
+  made = _missing_folders(folder)
+  os.makedirs(folder, exist_ok=True)
+  descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".part")
   try:
     with os.fdopen(descriptor, "wb") as handle, urllib.request.urlopen(url, timeout=60) as response:
       for block in iter(lambda: response.read(1 << 20), b""):
         handle.write(block)
     verify(temporary, sha256)
     os.replace(temporary, destination)
-  except urllib.error.URLError as error:
-    raise OSError(
-        f"could not download {url} ({error.reason}); pass a local copy with --data_dir") from error
-  finally:
+  except BaseException as error:
     if os.path.exists(temporary):
       os.remove(temporary)
+    for made_folder in made:   # deepest first; a folder something else wrote into stays
+      try:
+        os.rmdir(made_folder)
+      except OSError:
+        break
+    if isinstance(error, urllib.error.URLError):
+      raise OSError(f"could not download {url} ({error.reason}); pass a local copy with "
+                    "--data_dir") from error
+    raise
   return destination
 
 

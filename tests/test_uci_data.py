@@ -50,6 +50,22 @@ def test_missing_data_without_download_is_a_clear_error(tmp_path, monkeypatch):
     data.load("kin8nm", str(tmp_path), download_allowed=False)
 
 
+def test_a_failed_download_leaves_no_empty_cache_folders(tmp_path):
+  """Catches: offline, every failed first download leaving an empty ~/.cache/refined_vi/<dataset>
+  folder behind (and a folder that already held files must stay)."""
+  cache = tmp_path / "cache"
+  with pytest.raises(OSError, match="could not download"):
+    download.fetch("file://" + str(tmp_path / "absent.txt"), str(cache / "kin8nm" / "data.txt"),
+                   "0" * 64)
+  assert not cache.exists()
+  (cache / "wine").mkdir(parents=True)
+  (cache / "wine" / "other.txt").write_text("kept")
+  with pytest.raises(OSError, match="could not download"):
+    download.fetch("file://" + str(tmp_path / "absent.txt"), str(cache / "wine" / "a" / "b.txt"),
+                   "0" * 64)
+  assert sorted(os.listdir(cache / "wine")) == ["other.txt"]
+
+
 def test_unknown_dataset_names_the_allowed_ones():
   with pytest.raises(
       ValueError, match="unknown UCI dataset 'boston'; allowed: boston_housing, concrete_strength"):
