@@ -156,7 +156,7 @@ class ElboMaximizer(tf.Module):
                        num_steps: Optional[int]) -> tf.Tensor:
     """The example indices of `num_steps` steps ([num_steps, *batch shape]; None: of one step,
     [*batch shape]) whose batch counters start at `first_count`, from the stateless `seed`:
-    uniform with replacement (subclasses may pick them otherwise, `baselines.misso`)."""
+    uniform with replacement (subclasses may pick them otherwise, `methods.trainers.misso`)."""
     del first_count
     shape = self._batch_shape if num_steps is None else [num_steps, *self._batch_shape]
     return tf.random.stateless_uniform(shape, seed=seed, maxval=tf.cast(self.num_examples,

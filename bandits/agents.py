@@ -42,9 +42,9 @@ from auxiliary_sampling.refine import load_trained_state, refinement_variables, 
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
 from bandits.mushroom import EAT, NUM_ACTIONS, NUM_FEATURES, PASS
-from baselines.deep_ensemble import MemberDense, independent_member_initializer
-from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from baselines.particles import FunctionSpaceSettings, ParticleMaximizer, ParticleNetwork
+from methods.trainers.deep_ensemble import MemberDense, independent_member_initializer
+from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers.particles import FunctionSpaceSettings, ParticleMaximizer, ParticleNetwork
 
 # Stream identifiers mixed into the run seed.
 _MODEL_STREAM, _REFINED_STREAM, _AUXILIARY_STREAM, _DATA_STREAM, _EXPLORE_STREAM = range(1, 6)
@@ -313,7 +313,8 @@ class EpsilonGreedyAgent(Agent):
 
 class ParticleThompsonAgent(Agent):
   """svgd_ts and, in function space, fsvgd_ts: `num_particles` point networks per seed moved by
-  SVGD (`baselines.particles`) on the seed's history after every reward; a Thompson sample is a
+  SVGD (`methods.trainers.particles`) on the seed's history after every reward; a Thompson sample
+  is a
   particle drawn uniformly, and the mean of `num_thompson_samples` drawn particles picks the
   action, as vi_ts averages its weight draws. The weights' prior is the other agents' N(0,
   prior_scale^2) (rewards are not standardised here), the noise std's the f-POVI paper's."""

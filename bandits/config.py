@@ -12,7 +12,7 @@ from common.distribution import DeviceConfig, check_compiled_loop
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
 PARTICLE_AGENTS = ("svgd_ts", "fsvgd_ts")
-# baselines.gaussian_head.MINIMUM_SCALE (not imported: this module must not load TensorFlow).
+# methods.trainers.gaussian_head.MINIMUM_SCALE (not imported: this module must not load TensorFlow).
 MINIMUM_NOISE_SCALE = 1e-3
 # The agents run when --agents is not given (the paper's Figure 5).
 PAPER_AGENTS = ("refined_ts", "vi_ts", "eps_greedy")

@@ -127,7 +127,7 @@ def records_in(run_dirs: Sequence[str]) -> list:
 def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from common.cli import UsageError  # pylint: disable=import-outside-toplevel
+  from runner.cli import UsageError  # pylint: disable=import-outside-toplevel
   try:
     records = records_in(flags.FLAGS.run_dirs)
   except ValueError as error:
@@ -141,7 +141,7 @@ def main(argv):
 
 if __name__ == "__main__":
   from absl import flags as absl_flags
-  from common import cli
+  from runner import cli
   absl_flags.DEFINE_list("run_dirs", None, "Bandit run directories (output_dir of bandits.main).",
                          required=True)
   absl_flags.DEFINE_string("output_dir", None, "Where the figure and table go.", required=True)

@@ -23,7 +23,7 @@ from auxiliary_sampling.progress import ProgressLog
 from bandits import mushroom
 from bandits.agents import Agent
 from bandits.config import BanditConfig
-from baselines.checkpoint_settings import claim_checkpoint_dir
+from runner.checkpoint_settings import claim_checkpoint_dir
 from common.config import absent_values
 
 

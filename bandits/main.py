@@ -17,7 +17,7 @@ import os
 import time
 
 from bandits.config import BanditConfig
-from common import cli
+from runner import cli
 
 
 @cli.runs_under_its_device_settings

@@ -27,7 +27,7 @@ import dataclasses
 import time
 
 from bandits.config import BanditConfig
-from common import cli
+from runner import cli
 from common.config import setting
 
 

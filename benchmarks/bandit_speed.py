@@ -33,7 +33,7 @@ from auxiliary_sampling.loop_settings import loop_settings_scope
 from bandits import mushroom
 from bandits.agents import make_agent
 from bandits.config import AGENTS, PAPER_AGENTS, BanditConfig
-from common import cli
+from runner import cli
 from common.distribution import loop_settings_of
 from common.results import write_results, write_text_atomically
 

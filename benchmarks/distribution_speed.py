@@ -28,7 +28,7 @@ import tempfile
 
 from absl import flags
 
-from common import cli
+from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 

@@ -33,7 +33,7 @@ import time
 from absl import flags
 
 from benchmarks import fresh_process
-from common import cli
+from runner import cli
 from common.results import write_json_atomically
 
 MEASUREMENTS = ("vi", "tfp_reference", "refine", "deep_ensemble", "mnf", "vi_xla", "refine_xla")
@@ -75,7 +75,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
   from auxiliary_sampling.loop_settings import LoopSettings
   from auxiliary_sampling.model_parameters import mean_field_parameters
   from auxiliary_sampling.predictive import categorical_log_likelihood
-  from baselines.mnf import mnf_kl
+  from methods.trainers.mnf import mnf_kl
   from common import images
   from image import lenet
   data = images.load(dataset, data_dir, download_allowed=False)

@@ -216,7 +216,7 @@ class _MNFParameters:
 
 
 def _flow(steps, z):
-  """A masked RealNVP flow (baselines.mnf.MaskedCouplingFlow's map): (f(z), log |det|)."""
+  """A masked RealNVP flow (methods.trainers.mnf.MaskedCouplingFlow's map): (f(z), log |det|)."""
   log_det = tf.zeros(tf.shape(z)[:-1])
   for mask, (hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias) in steps:
     features = tf.tanh((mask * z) @ hidden + hidden_bias)
@@ -228,7 +228,7 @@ def _flow(steps, z):
 
 
 def _mnf_layer(p: _MNFParameters, hidden, noises):
-  """(the layer's outputs, its bound's KL term): MNF Eq. 12 with one z, as baselines.mnf."""
+  """(the layer's outputs, its bound's KL term): MNF Eq. 12 with one z, as methods.trainers.mnf."""
   z_noise, output_noise, kl_z_noise, reverse_noise = noises
   kernel_scale, bias_scale = tf.nn.softplus(p.kernel_raw), tf.nn.softplus(p.bias_raw)
   z_scale = tf.nn.softplus(p.z_raw)

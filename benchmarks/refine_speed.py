@@ -29,8 +29,8 @@ from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
-from baselines.vi import MeanFieldTrainer
-from common import cli
+from methods.trainers.vi import MeanFieldTrainer
+from runner import cli
 from common.results import write_results
 from common.seeding import seed_everything
 

@@ -36,7 +36,7 @@ import time
 from absl import flags
 
 from benchmarks import fresh_process
-from common import cli
+from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 

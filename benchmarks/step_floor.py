@@ -54,7 +54,7 @@ import numpy as np
 from absl import flags
 
 from benchmarks import fresh_process, plain_tf2_loops
-from common import cli
+from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
@@ -127,8 +127,9 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   from auxiliary_sampling.elbo_maximizer import ElboMaximizer
   from auxiliary_sampling.layers import DenseReparameterization
   from auxiliary_sampling.loop_settings import LoopSettings
-  from baselines import deep_ensemble, mnf
-  from baselines.gaussian_head import gaussian_head_log_likelihood
+  from methods.trainers import deep_ensemble
+  from methods.trainers import mnf
+  from methods.trainers.gaussian_head import gaussian_head_log_likelihood
   from common.seeding import seed_everything
   # NumPy too: the layers' noise streams take their seeds from it.
   seed_everything(seed)

@@ -41,7 +41,7 @@ import time
 
 from absl import flags
 
-from common import cli
+from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 

@@ -15,7 +15,7 @@ import os
 
 from absl import flags
 
-from common import cli
+from runner import cli
 from report.appendix import to_markdown
 from common.results import atomic_output, write_results
 from report.uci_table import load_runs, timings

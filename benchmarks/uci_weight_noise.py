@@ -25,7 +25,7 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli
+from runner import cli
 from common.results import atomic_output, write_results
 from report import paired_runs
 from report.appendix import to_markdown

@@ -20,7 +20,7 @@ import time
 from absl import flags
 
 from benchmarks import fresh_process
-from common import cli
+from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
 
@@ -35,7 +35,7 @@ def _workload(network: str):
   import numpy as np
   rng = np.random.default_rng(0)
   if network == "uci":
-    from baselines.gaussian_head import gaussian_head_log_likelihood
+    from methods.trainers.gaussian_head import gaussian_head_log_likelihood
     from uci.networks import mean_field_network
     inputs = rng.normal(size=(455, 13)).astype(np.float32)
     labels = rng.normal(size=(455, 1)).astype(np.float32)
@@ -52,8 +52,8 @@ def measure(network: str, trainer: str, steps: int) -> dict:
   """ms per step of `trainer` on `network`, after a traced warm-up of 2 steps."""
   import tensorflow as tf
   from auxiliary_sampling.elbo_maximizer import ElboMaximizer
-  from baselines.vogn import VognMaximizer
-  from baselines.vogn_settings import VognSettings
+  from methods.trainers.vogn import VognMaximizer
+  from methods.trainers.vogn_settings import VognSettings
   tf.random.set_seed(0)
   model, inputs, labels, log_likelihood = _workload(network)
   model(inputs[:1])

@@ -1,4 +1,4 @@
-"""What every binary shares: settings and flags, device setup, seeding, data downloads and image
+"""What every binary shares: the settings machinery, device setup, seeding, data downloads and image
 data, classification metrics, and writing results.json (reading them back is report/'s)."""
 import os
 

@@ -2,7 +2,7 @@
 
 Each field is declared with `setting(...)`, which carries its help text, its
 allowed values (choices or bounds) and which trained state it shapes. From
-that one declaration `common.cli` generates the absl flag (enum flags for
+that one declaration `runner.cli` generates the absl flag (enum flags for
 choices, list flags for tuples), `Config.validate()` checks a value, and
 `Config.differences()` tells a rerun whether recorded state was made with
 the same settings. This module does not import TensorFlow, so bad flags are

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.config import MEAN_FIELD, MethodConfig
-from baselines.image_config import ImageClassificationConfig
+from runner.config import MEAN_FIELD, MethodConfig
+from runner.image_config import ImageClassificationConfig
 from common import images
 from common.config import RESULTS, UsageError, setting, with_default
 from methods import registry

@@ -16,9 +16,9 @@ from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, F
                                        LayerChain, MaxPool2D)
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
-from baselines.deep_ensemble import MemberConv2D, MemberDense
+from methods.trainers.deep_ensemble import MemberConv2D, MemberDense
 from methods.registry import Networks
-from baselines.mnf import Conv2DMNF, DenseMNF
+from methods.trainers.mnf import Conv2DMNF, DenseMNF
 from common.mixed_precision import network_precision
 from image.config import ENSEMBLE_KERNEL_INITIALIZERS, ImageConfig
 

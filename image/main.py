@@ -17,7 +17,7 @@ Adam 1e-3. Methods:
   deep_ensemble      10 deterministic LeNet-5s, 5,000 steps each, no adversarial training,
                      Glorot-uniform kernels and [0, 1] pixels as in uncertainty-baselines'
                      deterministic LeNet-5, the source of the paper's ensemble numbers;
-  vogn               the same mean-field LeNet-5 fitted by VOGN (baselines.vogn; not in
+  vogn               the same mean-field LeNet-5 fitted by VOGN (methods.trainers.vogn; not in
                      the paper), a fixed N(0, 1) prior (or --vogn_prior=empirical_bayes),
                      --vi_steps steps;
   refined_vogn       VOGN, then M = 10 refined samples as refined_vi.
@@ -26,7 +26,7 @@ training set; wall times and peak memory.
 """
 from __future__ import annotations
 
-from common import cli
+from runner import cli
 from image.config import ImageConfig
 
 
@@ -34,7 +34,7 @@ from image.config import ImageConfig
 def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and Figure 4) and returns its metrics."""
   # TensorFlow loads here, after the flags have been checked.
-  from baselines.image_classification import train_and_evaluate_images
+  from runner.image_classification import train_and_evaluate_images
   from image.lenet import lenet5_networks
   return train_and_evaluate_images(config, lenet5_networks, output_dir, "image", "LeNet-5")
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from absl import flags
 
-from common import cli, images
+from common import images
+
+from runner import cli
 
 
 def main(argv):

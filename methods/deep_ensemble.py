@@ -23,7 +23,7 @@ class EnsembleConfig(Config):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Trains every member at once on its own batches (resuming from the checkpoint)."""
-  from baselines.deep_ensemble import train_deep_ensemble  # TensorFlow loads here
+  from methods.trainers.deep_ensemble import train_deep_ensemble  # TensorFlow loads here
   config = run.config
   num_examples = run.num_examples
   model = run.networks.ensemble(config.ensemble_members)

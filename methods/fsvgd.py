@@ -38,7 +38,7 @@ class FsvgdConfig(ParticleConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Moves the particles by SVGD on their function values."""
-  from baselines.particles import FunctionSpaceSettings  # TensorFlow loads here
+  from methods.trainers.particles import FunctionSpaceSettings  # TensorFlow loads here
   config = run.config
   settings = FunctionSpaceSettings(prior_draws=config.fsvgd_prior_draws,
                                    prior_points=config.fsvgd_prior_points,

@@ -18,7 +18,7 @@ class MnfConfig(Config):
 def train(run: TrainingInputs) -> MethodRun:
   """Trains the benchmark's MNF network (resuming from its checkpoint)."""
   from auxiliary_sampling.predictive import posterior_draws  # TensorFlow loads here
-  from baselines.mnf import train_mnf
+  from methods.trainers.mnf import train_mnf
   config = run.config
   num_examples = run.num_examples
   model = run.networks.mnf()

@@ -78,7 +78,7 @@ class RefinedViConfig(ViConfig, RefinementConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Fits VI (or resumes it), then refines M samples of it."""
-  from baselines.vi_family import REFINE, train_mean_field_method  # TensorFlow loads here
+  from methods.trainers.vi_family import REFINE, train_mean_field_method  # TensorFlow loads here
   return train_mean_field_method(run, fit=VI, then=REFINE)
 
 

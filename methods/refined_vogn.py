@@ -15,7 +15,7 @@ class RefinedVognConfig(VognConfig, RefinementConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Fits VOGN (or resumes it), then refines M samples of it."""
-  from baselines.vi_family import REFINE, train_mean_field_method  # TensorFlow loads here
+  from methods.trainers.vi_family import REFINE, train_mean_field_method  # TensorFlow loads here
   return train_mean_field_method(run, fit=VOGN, then=REFINE)
 
 

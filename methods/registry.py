@@ -44,7 +44,7 @@ class Networks:
   ensemble: Callable[[int], "tf.Module"]             # num_members -> members on a member axis
   # Penalty of a network's point-estimated weights per example (ResNet-20's L2), or None.
   penalty: Optional[Callable[[Any], "tf.Tensor"]] = None
-  # num_particles -> point-weight networks on a member axis (baselines.particles), or None.
+  # num_particles -> point-weight networks on a member axis (methods.trainers.particles), or None.
   particles: Optional[Callable[[int], "tf.Module"]] = None
 
 

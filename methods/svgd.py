@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from baselines.trainer_options import PARTICLE_INITIALIZERS
+from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
 from common.config import Config, UsageError, setting
 from methods import registry
 from methods.registry import PARTICLES, Method, MethodRun, TrainingInputs
@@ -61,8 +61,8 @@ class ParticleConfig(Config):
 
 def train_particle_method(run: TrainingInputs, function_space: Optional[object]) -> MethodRun:
   """Moves the benchmark's particle networks by SVGD, in weight space or (given
-  `baselines.particles.FunctionSpaceSettings`) in function space."""
-  from baselines.particles import train_particles  # TensorFlow loads here
+  `methods.trainers.particles.FunctionSpaceSettings`) in function space."""
+  from methods.trainers.particles import train_particles  # TensorFlow loads here
   config = run.config
   model = run.networks.particles(config.num_particles)
   batch_size, num_steps = config.particle_batch_and_steps(run.num_examples)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
-from baselines.trainer_options import VI_OPTIMIZERS
+from methods.trainers.trainer_options import VI_OPTIMIZERS
 from common.config import RESULTS, Config, UsageError, setting
 from methods import registry
 from methods.registry import EXTRA_VI, VI, Method, MethodRun, TrainingInputs
@@ -32,7 +32,8 @@ class ViConfig(MeanFieldConfig):
       shapes=(VI, EXTRA_VI))
   vi_optimizer: str = setting(
       "adam", "VI's optimiser: adam (the paper's), momentum (SGD with --vi_momentum) or misso "
-      "(incremental quadratic surrogates, baselines.misso; --learning_rate is its 1/(2 gamma)).",
+      "(incremental quadratic surrogates, methods.trainers.misso; --learning_rate is its "
+      "1/(2 gamma)).",
       choices=VI_OPTIMIZERS, shapes=(VI, EXTRA_VI))
   vi_momentum: float = setting(0.9, "--vi_optimizer=momentum: the velocity's decay.", minimum=0,
                                below=1, shapes=(VI, EXTRA_VI))
@@ -57,7 +58,7 @@ class ViConfig(MeanFieldConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Fits VI (or resumes it), then predicts with M posterior draws."""
-  from baselines.vi_family import PREDICT, train_mean_field_method  # TensorFlow loads here
+  from methods.trainers.vi_family import PREDICT, train_mean_field_method  # TensorFlow loads here
   return train_mean_field_method(run, fit=VI, then=PREDICT)
 
 

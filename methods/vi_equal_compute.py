@@ -30,7 +30,8 @@ class EqualComputeConfig(ViConfig, RefinementConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Fits VI (or resumes it), then trains it further for refinement's steps."""
-  from baselines.vi_family import TRAIN_FURTHER, train_mean_field_method  # TensorFlow loads here
+  # TensorFlow loads here.
+  from methods.trainers.vi_family import TRAIN_FURTHER, train_mean_field_method
   return train_mean_field_method(run, fit=VI, then=TRAIN_FURTHER)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from baselines.vogn_settings import CURVATURES, PRIORS, VognSettings
+from methods.trainers.vogn_settings import CURVATURES, PRIORS, VognSettings
 from common.config import Config, setting
 from methods.registry import VOGN, Method, MethodRun, TrainingInputs
 from methods.vi import MeanFieldConfig
@@ -66,7 +66,7 @@ class VognConfig(MeanFieldConfig):
 
 def train(run: TrainingInputs) -> MethodRun:
   """Fits the mean-field posterior by VOGN (or resumes it), then predicts with M draws."""
-  from baselines.vi_family import PREDICT, train_mean_field_method  # TensorFlow loads here
+  from methods.trainers.vi_family import PREDICT, train_mean_field_method  # TensorFlow loads here
   return train_mean_field_method(run, fit=VOGN, then=PREDICT)
 
 

@@ -177,8 +177,8 @@ def line_summary_table(rows: Sequence[dict]) -> str:
 def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
-  from common.cli import UsageError  # pylint: disable=import-outside-toplevel
-  from common.cli import prepare_output_dir  # pylint: disable=import-outside-toplevel
+  from runner.cli import UsageError  # pylint: disable=import-outside-toplevel
+  from runner.cli import prepare_output_dir  # pylint: disable=import-outside-toplevel
   options = flags.FLAGS
   missing = [run_dir for run_dir in options.run_dirs if not os.path.isdir(run_dir)]
   if missing:
@@ -211,7 +211,7 @@ def main(argv):
 
 if __name__ == "__main__":
   from absl import flags as absl_flags
-  from common import cli
+  from runner import cli
   absl_flags.DEFINE_list("run_dirs", None, "Bandit run directories (output_dir of bandits.main).",
                          required=True)
   absl_flags.DEFINE_string("output_dir", None, "Where regret_sources.md and .json go.",

@@ -18,7 +18,7 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli
+from runner import cli
 from image.config import ImageConfig
 from report import image_table, related_table, tables
 

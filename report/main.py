@@ -171,7 +171,7 @@ def main(argv):
 if __name__ == "__main__":
   from absl import flags
 
-  from common import cli
+  from runner import cli
   flags.DEFINE_string("results_dir", "results", "Directory searched for results.json files.")
   flags.DEFINE_string("output_dir", "results/report",
                       "Where REPORT.md, appendix.md, the CSVs and the LaTeX tables go.")

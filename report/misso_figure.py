@@ -11,7 +11,7 @@ its `summaries/vi` events, where the trainer logs the ELBO estimate every 100 st
 the trainer logs every 100 steps, plotted as a running mean of 5 logs) against epochs = steps *
 batch / N, and a table of where each run ends (`figure1.md`: -ELBO / N over the last 5 logs and
 on the whole training set, test accuracy and MLL, seconds per epoch). MISSO's first epoch
-is its initialisation pass (`baselines.misso`): its line stays flat there by construction.
+is its initialisation pass (`methods.trainers.misso`): its line stays flat there by construction.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import os
 import pandas as pd
 from absl import flags
 
-from common import cli
+from runner import cli
 from report import tables
 from report.appendix import to_markdown
 

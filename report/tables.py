@@ -172,7 +172,7 @@ def main(write_tables_fn: Callable[[str, str], dict], benchmark: str) -> None:
   """
   from absl import flags
 
-  from common import cli
+  from runner import cli
   flags.DEFINE_string("results_dir", f"results/{benchmark}",
                       "Where the runs' results.json files are.")
   flags.DEFINE_string("output_dir", f"results/{benchmark}",

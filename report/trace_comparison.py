@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from absl import flags
 
-from common import cli
+from runner import cli
 from common.results import write_text_atomically
 
 STEPS = (1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000, 25_000, 30_000)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 from absl import flags
 
-from common import cli
+from runner import cli
 from common.results import write_text_atomically
 from report.trace_comparison import load_trace
 

@@ -24,7 +24,7 @@ from typing import Optional
 import pandas as pd
 from absl import flags
 
-from common import cli
+from runner import cli
 from report import related_table, results_loader, tables, uci_table
 from uci.config import UciConfig
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from baselines.image_config import ImageClassificationConfig
-from baselines.learning_rate import LearningRateSchedule, steps_in
+from runner.image_config import ImageClassificationConfig
+from methods.trainers.learning_rate import LearningRateSchedule, steps_in
 from common.config import NOTHING, RESULTS, UsageError, setting, with_default
 from methods import registry
 from methods.refined_vi import RefinementConfig

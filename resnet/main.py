@@ -20,7 +20,7 @@ training set; wall times and peak memory.
 """
 from __future__ import annotations
 
-from common import cli
+from runner import cli
 from resnet.config import ResNetConfig
 
 
@@ -28,7 +28,7 @@ from resnet.config import ResNetConfig
 def train_and_evaluate(config: ResNetConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and the staircase); returns metrics."""
   # TensorFlow loads here, after the flags have been checked.
-  from baselines.image_classification import train_and_evaluate_images
+  from runner.image_classification import train_and_evaluate_images
   from resnet.networks import resnet20_networks
   return train_and_evaluate_images(config, resnet20_networks, output_dir, "resnet",
                                    f"ResNet-20 {config.variational}"

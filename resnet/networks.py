@@ -33,8 +33,8 @@ from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
-from baselines.batch_norm import MemberBatchNormalization
-from baselines.deep_ensemble import MemberConv2D, MemberDense
+from methods.trainers.batch_norm import MemberBatchNormalization
+from methods.trainers.deep_ensemble import MemberConv2D, MemberDense
 from methods.registry import Networks
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""baselines.background: work on a second thread, under its maker's strategy and settings."""
+"""methods.trainers.background: work on a second thread, under its maker's strategy and settings."""
 import threading
 
 import pytest
@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.loop_settings import (LoopSettings, current_loop_settings,
                                              loop_settings_scope)
-from baselines.background import BackgroundWork
+from methods.trainers.background import BackgroundWork
 
 
 def test_the_work_runs_under_its_makers_loop_settings_and_strategy():

@@ -20,7 +20,7 @@ from bandits import mushroom, sample_quality
 from bandits.agents import make_agent, reward_model
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord, interact
-from baselines.gaussian_head import gaussian_head_log_likelihood
+from methods.trainers.gaussian_head import gaussian_head_log_likelihood
 from common.config import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,16 +12,17 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.noise import box_muller_normal
-from baselines import deep_ensemble, mnf
-from baselines.config import MethodConfig
-from baselines.learning_rate import LearningRateSchedule
-from baselines.methods import train_method
+from methods.trainers import deep_ensemble
+from methods.trainers import mnf
+from runner.config import MethodConfig
+from methods.trainers.learning_rate import LearningRateSchedule
+from runner.dispatch import train_method
 from methods import registry
 from methods.registry import Networks
-from baselines import training
-from baselines.training import CheckpointedTraining
-from baselines.vi import MeanFieldTrainer
-from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers import training
+from methods.trainers.training import CheckpointedTraining
+from methods.trainers.vi import MeanFieldTrainer
+from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
 
 tfd = tfp.distributions
 

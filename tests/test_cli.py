@@ -1,4 +1,4 @@
-"""How a binary made with common.cli ends."""
+"""How a binary made with runner.cli ends."""
 import os
 import subprocess
 import sys
@@ -26,7 +26,7 @@ def test_a_finished_binary_leaves_at_once_with_its_output_flushed(tmp_path):
   completed = _run_script(tmp_path, """
       import atexit
       from absl import logging
-      from common import cli
+      from runner import cli
       atexit.register(lambda: print("teardown ran"))
       def main(argv):
         print("test_mll: -2.5")
@@ -41,7 +41,7 @@ def test_a_finished_binary_leaves_at_once_with_its_output_flushed(tmp_path):
 def test_a_failed_binary_still_exits_with_its_one_line_and_status(tmp_path):
   """The fast exit is for finished runs only: a runtime failure keeps status 1 and its line."""
   completed = _run_script(tmp_path, """
-      from common import cli
+      from runner import cli
       def main(argv):
         print("partial")
         raise RuntimeError("the mushroom file has 21 columns, 23 expected")
@@ -57,7 +57,7 @@ def test_a_profiled_binary_ends_as_usual_so_the_profile_is_written(tmp_path):
   """`python -m cProfile -o ... binary` writes its profile at the interpreter's exit: catches the
   fast exit skipping it (no profile file)."""
   script = tmp_path / "binary.py"
-  script.write_text("from common import cli\ncli.run(lambda argv: None)\n")
+  script.write_text("from runner import cli\ncli.run(lambda argv: None)\n")
   profile = tmp_path / "run.prof"
   completed = subprocess.run(
       [sys.executable, "-m", "cProfile", "-o", str(profile), str(script)], capture_output=True,

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from baselines.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
-from common import cli
+from runner.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
+from runner import cli
 from common.config import (NOTHING, RESULTS, Config, UsageError, absent_values,
                            describe_differences, differing_settings, recorded_config,
                            setting, with_default)

@@ -55,8 +55,9 @@ def _equivalence_checks() -> None:
   from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
   from auxiliary_sampling.refine import refine
   from auxiliary_sampling.schedule import AuxiliarySchedule
-  from baselines import deep_ensemble, mnf
-  from baselines.training import CheckpointedTraining
+  from methods.trainers import deep_ensemble
+  from methods.trainers import mnf
+  from methods.trainers.training import CheckpointedTraining
 
   one_device = tf.distribute.get_strategy()
   two_replicas = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -130,8 +131,8 @@ def _equivalence_checks() -> None:
   compare("mnf", lambda: mnf.regression_mnf(8, seed=3), features, fit_mnf)
 
   def batch_norm_net():
-    from baselines.batch_norm import MemberBatchNormalization
-    from baselines.deep_ensemble import MemberConv2D
+    from methods.trainers.batch_norm import MemberBatchNormalization
+    from methods.trainers.deep_ensemble import MemberConv2D
     # ReLU before the batch norm: a bias right before it has no gradient, only round-off,
     # which Adam would blow up to full-size steps.
     return tf_keras.Sequential([

@@ -10,7 +10,7 @@ from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
-from baselines.vi import train_mean_field
+from methods.trainers.vi import train_mean_field
 
 
 def test_counted_loop_runs_its_body_a_tensor_number_of_times():

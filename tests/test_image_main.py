@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from baselines.config import MEAN_FIELD, REFINED
+from runner.config import MEAN_FIELD, REFINED
 from common import refinement_figures as figures
 from image import main as image_main
 from image.config import METHODS, ImageConfig, pixel_scaling_for

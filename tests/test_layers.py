@@ -13,7 +13,7 @@ from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, F
                                        member_conv2d)
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.weight_noise import weight_noise_scope
-from baselines.vi import train_mean_field
+from methods.trainers.vi import train_mean_field
 
 tfd = tfp.distributions
 

@@ -6,9 +6,9 @@ import tensorflow as tf
 from auxiliary_sampling.layers import FlattenImage, MaxPool2D
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from baselines.deep_ensemble import MemberConv2D
-from baselines.mnf import mnf_kl, train_mnf
-from baselines.vi import train_mean_field
+from methods.trainers.deep_ensemble import MemberConv2D
+from methods.trainers.mnf import mnf_kl, train_mnf
+from methods.trainers.vi import train_mean_field
 from image import lenet
 
 

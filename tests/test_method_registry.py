@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from baselines.config import MethodConfig
-from common import cli
+from runner.config import MethodConfig
+from runner import cli
 from common.config import Config, UsageError, recorded_config
 from image.config import ImageConfig
 from methods import registry

@@ -1,4 +1,5 @@
-"""baselines.misso and baselines.momentum: the MISSO update against its definition (Eq. 7), its
+"""methods.trainers.misso and methods.trainers.momentum: the MISSO update against its definition
+(Eq. 7), its
 exact convergence on a finite sum, its blocks and initialisation pass; momentum SGD's recurrence."""
 import numpy as np
 import pytest
@@ -6,10 +7,10 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.layers import DenseReparameterization
-from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from baselines.misso import IncrementalSurrogateOptimizer, MissoMaximizer
-from baselines.momentum import MomentumSgd
-from baselines.vi import MeanFieldTrainer
+from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers.misso import IncrementalSurrogateOptimizer, MissoMaximizer
+from methods.trainers.momentum import MomentumSgd
+from methods.trainers.vi import MeanFieldTrainer
 
 # A finite sum of quadratics: block i's loss is a_i / 2 |theta - c_i|^2.
 CURVATURES = np.array([1.0, 3.0, 0.5, 2.0, 1.5])

@@ -1,4 +1,5 @@
-"""baselines.particles: the SVGD direction, its fixed point, f-SVGD's function-space prior, and
+"""methods.trainers.particles: the SVGD direction, its fixed point, f-SVGD's function-space prior,
+and
 particle training (fit, spread away from the data, resume)."""
 import math
 
@@ -7,9 +8,9 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
-from baselines.deep_ensemble import MemberDense
-from baselines.gaussian_head import HomoscedasticNoise
-from baselines.particles import (FunctionSpaceSettings, ParticleNetwork, gaussian_from_draws,
+from methods.trainers.deep_ensemble import MemberDense
+from methods.trainers.gaussian_head import HomoscedasticNoise
+from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork, gaussian_from_draws,
                                  gaussian_log_density, log_noise_prior, log_weight_prior,
                                  median_bandwidth, prior_function_draws, regression_particles,
                                  svgd_direction, train_particles)

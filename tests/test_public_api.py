@@ -16,8 +16,8 @@ import auxiliary_sampling
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARY = os.path.join(REPO, "auxiliary_sampling")
 # The packages above the library: it imports none of them.
-ABOVE = ("common", "baselines", "report", "uci", "image", "resnet", "bandits", "toy", "benchmarks",
-         "backfill", "tests")
+ABOVE = ("common", "methods", "runner", "report", "uci", "image", "resnet", "bandits", "toy",
+         "benchmarks", "backfill", "tests")
 
 
 def test_every_public_name_imports_from_the_package_and_is_a_modules_own():

@@ -11,8 +11,8 @@ from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
-from baselines.background import BackgroundWork
-from baselines.vi import train_mean_field
+from methods.trainers.background import BackgroundWork
+from methods.trainers.vi import train_mean_field
 
 NOISE = 1.0
 
@@ -413,8 +413,8 @@ def test_schedule_float32_cannot_hold_is_one_clear_value_error():
 def _partly_bayesian(num_members=None):
   """A deterministic conv with batch norm, then a Bayesian dense head: ResNet-20 hybrid in small."""
   from auxiliary_sampling.layers import FlattenImage, LayerChain
-  from baselines.batch_norm import MemberBatchNormalization
-  from baselines.deep_ensemble import MemberConv2D
+  from methods.trainers.batch_norm import MemberBatchNormalization
+  from methods.trainers.deep_ensemble import MemberConv2D
   return LayerChain([MemberConv2D(3, 3, num_members, seed=1),
                      MemberBatchNormalization(num_members), FlattenImage(),
                      DenseReparameterization(4, num_members=num_members)])
@@ -428,7 +428,7 @@ def test_refinement_of_a_partly_bayesian_network_refits_deterministic_layers_onl
   without, they stay the trained ones. Catches: moving statistics left at their initial
   values in the members (a refined model that predicts with unnormalised activations).
   """
-  from baselines.batch_norm import MemberBatchNormalization
+  from methods.trainers.batch_norm import MemberBatchNormalization
   from auxiliary_sampling.predictive import categorical_log_likelihood
   images = tf.random.stateless_normal([64, 6, 6, 2], seed=[7, 8]) * 2.0 + 1.0
   labels = tf.range(64) % 4

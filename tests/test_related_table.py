@@ -233,7 +233,7 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   compiled its refinement, where UCI's default no longer does, so only its recorded value gives
   the same ELBO_aux to the last digit."""
   from absl import flags
-  from common import cli
+  from runner import cli
   from uci.config import UciConfig
   root = tmp_path
   records = {

@@ -7,7 +7,7 @@ import tf_keras
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from baselines.batch_norm import MemberBatchNormalization
+from methods.trainers.batch_norm import MemberBatchNormalization
 from resnet.networks import DEPTH, ResNet20, fixup_initializer, l2_penalty
 
 IMAGES = tf.random.stateless_normal([6, 32, 32, 3], seed=[0, 1])

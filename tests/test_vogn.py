@@ -1,4 +1,5 @@
-"""baselines.vogn: VOGN's per-example terms and its fixed point on Bayesian linear regression."""
+"""methods.trainers.vogn: VOGN's per-example terms and its fixed point on Bayesian linear
+regression."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -8,8 +9,8 @@ from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, Fl
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.predictive import gaussian_log_likelihood
-from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from baselines.vogn import VognMaximizer, VognSettings, VognTrainer
+from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers.vogn import VognMaximizer, VognSettings, VognTrainer
 from common.seeding import seed_everything
 
 NOISE_SCALE = 0.5

@@ -50,7 +50,7 @@ from absl import logging
 
 from auxiliary_sampling.non_gaussian_refinement import refine_non_gaussian
 from auxiliary_sampling.stable_auxiliaries import StableBlock
-from common import cli
+from runner import cli
 from common.config import Config, UsageError, setting
 from toy.divergence import knn_kl_divergence
 from common.results import atomic_output, save_figure, write_results

@@ -25,8 +25,8 @@ from auxiliary_sampling.layers import GaussianSample
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
-from baselines.vi import train_mean_field
-from common import cli
+from methods.trainers.vi import train_mean_field
+from runner import cli
 from common.config import Config, setting
 from common.results import save_figure, write_results
 from common.seeding import seed_everything

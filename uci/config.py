@@ -5,7 +5,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from baselines.config import REFINED, MethodConfig
+from runner.config import REFINED, MethodConfig
 from common.config import (NOTHING, RESULTS, UsageError, data_dir_setting, download_setting,
                            setting, with_default)
 from common.distribution import DeviceConfig

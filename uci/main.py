@@ -14,11 +14,12 @@ units of y. Methods:
                      steps refinement spends (the fair-compute baseline);
   mnf                multiplicative normalizing flows, 30,000 steps;
   deep_ensemble      10 heteroscedastic members, 5,000 adversarial steps each;
-  vogn               the mean-field network fitted by VOGN (baselines.vogn; not in the
+  vogn               the mean-field network fitted by VOGN (methods.trainers.vogn; not in the
                      paper), a fixed N(0, 1) prior (or --vogn_prior=empirical_bayes),
                      --vi_steps steps;
   refined_vogn       VOGN, then M refined samples as refined_vi;
-  svgd, fsvgd        20 particles by weight-space or function-space SVGD (baselines.particles;
+  svgd, fsvgd        20 particles by weight-space or function-space SVGD
+                     (methods.trainers.particles;
                      not in the paper), the f-POVI paper's settings (Adam 0.004, batch 100 for
                      500 epochs, or 1000 for 3000 on training sets of more than 900).
 VI training checkpoints into `--vi_checkpoint_dir` (default under the output
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import time
 
-from common import cli
+from runner import cli
 from uci.config import UciConfig
 
 
@@ -43,11 +44,11 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   """
   # TensorFlow loads here, after the flags have been checked.
   import numpy as np
-  from baselines.methods import train_method, write_method_results
+  from runner.dispatch import train_method, write_method_results
   from common.seeding import seed_everything
   from uci import data
   from uci.networks import uci_networks
-  from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+  from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
   from uci.regression import regression_metrics
 
   config.validate()

@@ -6,10 +6,12 @@ from typing import Optional
 import tf_keras
 
 from auxiliary_sampling.layers import DenseReparameterization
-from baselines import deep_ensemble, mnf, particles
+from methods.trainers import deep_ensemble
+from methods.trainers import mnf
+from methods.trainers import particles
 from methods.registry import Networks
 from uci.config import UciConfig
-from baselines.gaussian_head import HomoscedasticNoise
+from methods.trainers.gaussian_head import HomoscedasticNoise
 
 
 def mean_field_network(hidden_units: int, initial_noise_scale: float,

@@ -1,5 +1,5 @@
 """UCI test metrics in the original units of y, from Gaussian-head outputs for standardised
-targets (`baselines.gaussian_head`)."""
+targets (`methods.trainers.gaussian_head`)."""
 from __future__ import annotations
 
 import numpy as np

@@ -38,7 +38,7 @@ from common.results import RESULTS_FILENAME, note_start_commit
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
 
 # Left behind by a process killed while writing a file atomically (common.results,
-# baselines.training).
+# methods.trainers.training).
 STALE_TEMPORARY_PATTERNS = (".tmp-*", "*.npz.tmp")
 
 

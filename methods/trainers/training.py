@@ -25,7 +25,7 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
-from baselines.learning_rate import LearningRateSchedule
+from methods.trainers.learning_rate import LearningRateSchedule
 
 _TRACE_FILENAME = "trace.npz"
 

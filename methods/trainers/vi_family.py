@@ -1,6 +1,7 @@
 """The mean-field methods, one way for every benchmark: fit, then predict, refine or train on.
 
-A mean-field posterior is fitted by VI (`baselines.vi`) or VOGN (`baselines.vogn`), resuming
+A mean-field posterior is fitted by VI (`methods.trainers.vi`) or VOGN
+(`methods.trainers.vogn`), resuming
 from its checkpoint; then the method predicts with M posterior draws (vi, vogn), refines M
 samples (refined_vi, refined_vogn; paper Algorithm 1), or trains VI further for the M * K * T
 Adam steps refinement spends (vi_equal_compute, the fair-compute baseline). Runs of one
@@ -24,11 +25,11 @@ from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
-from baselines.background import BackgroundWork
-from baselines.learning_rate import LearningRateSchedule
-from baselines.training import InputTransform, Penalty
-from baselines.vi import MeanFieldTrainer
-from baselines.vogn import VognTrainer
+from methods.trainers.background import BackgroundWork
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.training import InputTransform, Penalty
+from methods.trainers.vi import MeanFieldTrainer
+from methods.trainers.vogn import VognTrainer
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.

@@ -39,8 +39,8 @@ from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
-from baselines.learning_rate import LearningRateSchedule
-from baselines.training import CheckpointedTraining, TrainingResult
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.training import CheckpointedTraining, TrainingResult
 
 
 INITIAL_WEIGHT_SCALE = math.exp(-4.5)    # log-variance -9, as MNF initialises it

@@ -1,5 +1,5 @@
 """VOGN's hyperparameters (Osawa et al. 2019, Algorithm 1), checked without TensorFlow so that
-the binaries refuse bad flags before it loads (`baselines.vogn` uses them)."""
+the binaries refuse bad flags before it loads (`methods.trainers.vogn` uses them)."""
 from __future__ import annotations
 
 import dataclasses

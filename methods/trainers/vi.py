@@ -16,11 +16,11 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
-from baselines.trainer_options import VI_OPTIMIZERS
-from baselines.learning_rate import LearningRateSchedule
-from baselines.misso import MissoMaximizer
-from baselines.momentum import MomentumSgd
-from baselines.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
+from methods.trainers.trainer_options import VI_OPTIMIZERS
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.misso import MissoMaximizer
+from methods.trainers.momentum import MomentumSgd
+from methods.trainers.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
 
@@ -29,7 +29,7 @@ class MeanFieldTrainer(CheckpointedTraining):
   """Mean-field VI of `model` on in-memory data; `train(n)` may be called again to train further.
 
   `optimizer`: adam (the paper's), momentum (SGD with heavy-ball `momentum`) or misso (the
-  incremental surrogate update of `baselines.misso`, its step size the learning rate);
+  incremental surrogate update of `methods.trainers.misso`, its step size the learning rate);
   `weight_noise`: per_example (local reparameterisation and Flipout) or per_batch (one weight
   draw per step, Bayes by backprop's estimator). With `penalty` (the L2 of a partly
   deterministic network's point estimates) the objective is the ELBO minus N * penalty; the

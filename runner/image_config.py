@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from baselines.config import MEAN_FIELD, MethodConfig
+from runner.config import MEAN_FIELD, MethodConfig
 from common import images
 from common.config import (NOTHING, RESULTS, data_dir_setting, download_setting, setting,
                            with_default)

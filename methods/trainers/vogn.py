@@ -1,6 +1,6 @@
 """Variational Online Gauss-Newton (Khan et al. 2018; Osawa et al. 2019, Algorithm 1).
 
-VOGN fits the same Gaussian mean-field posterior as `baselines.vi`, q(w) =
+VOGN fits the same Gaussian mean-field posterior as `methods.trainers.vi`, q(w) =
 N(mu, sigma^2), with the prior N(0, 1/delta) the model's mean-field layers
 hold, but by a natural-gradient update instead of Adam on (mu, softplus^-1
 sigma). Algorithm 1's prior is fixed; with `prior="empirical_bayes"` each
@@ -51,9 +51,9 @@ from auxiliary_sampling.linear_calls import (LinearCall, calls_producing, gauss_
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.parameters import softplus_inverse
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
-from baselines.learning_rate import LearningRateSchedule
-from baselines.training import CheckpointedTraining
-from baselines.vogn_settings import VognSettings
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.training import CheckpointedTraining
+from methods.trainers.vogn_settings import VognSettings
 
 class VognState(tf.Module):
   """Momentum m and curvature s per mean-field parameter, Adam for the other trainables."""

@@ -1,7 +1,7 @@
 """One image-classification run end to end, for every image binary (LeNet-5, ResNet-20).
 
 Loads the dataset, trains the configured method on the binary's networks
-(`baselines.methods.train_method`), scores the M samples on the test set (MLL,
+(`runner.dispatch.train_method`), scores the M samples on the test set (MLL,
 accuracy, Brier, ECE, per-member metrics), writes refined VI's ELBO_aux trace
 and Figure 4, and records everything in results.json.
 """
@@ -14,8 +14,8 @@ from typing import Callable
 import numpy as np
 
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from baselines.image_config import ImageClassificationConfig
-from baselines.methods import Networks, train_method, write_method_results
+from runner.image_config import ImageClassificationConfig
+from runner.dispatch import Networks, train_method, write_method_results
 from common import images
 from common.image_augmentation import RandomImageTransform
 from common.classification_metrics import (classification_metrics, member_metrics,

@@ -35,11 +35,11 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from auxiliary_sampling.training_data import check_data
-from baselines.trainer_options import PARTICLE_INITIALIZERS
-from baselines.deep_ensemble import FanSumNormal, MemberDense, member_regression_layers
-from baselines.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from baselines.learning_rate import LearningRateSchedule
-from baselines.training import CheckpointedTraining, TrainingResult
+from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
+from methods.trainers.deep_ensemble import FanSumNormal, MemberDense, member_regression_layers
+from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.training import CheckpointedTraining, TrainingResult
 
 # Inverse-Gamma(shape, scale) prior on the noise standard deviation (the authors' code).
 NOISE_PRIOR_SHAPE, NOISE_PRIOR_SCALE = 1.0, 0.1
@@ -388,7 +388,7 @@ def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: in
                     steps_per_checkpoint: int = 5000,
                     weight_prior_scale: Optional[float] = None) -> TrainingResult:
   """SVGD (or f-SVGD with `function_space`) of every particle of `model` for `num_steps` steps,
-  checkpointed and resumable like every trainer (`baselines.training`). `weight_prior_scale`:
+  checkpointed and resumable like every trainer (`methods.trainers.training`). `weight_prior_scale`:
   one prior std for every weight (None: the f-POVI paper's N(0, 1/fan_out))."""
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Optional
 
-from baselines.learning_rate import LearningRateSchedule
+from methods.trainers.learning_rate import LearningRateSchedule
 from common.config import NOTHING, RESULTS, UsageError, setting, with_default
 from common.distribution import DeviceConfig
 from methods import registry
@@ -28,7 +28,7 @@ MEAN_FIELD = registry.names_where(lambda method: "mean_field" in method.needs)
 
 @dataclasses.dataclass
 class MethodConfig(DeviceConfig):
-  """What `baselines.methods.train_method` needs of every method, whatever the benchmark."""
+  """What `runner.dispatch.train_method` needs of every method, whatever the benchmark."""
 
   # Whether the benchmark's mean-field networks have point-estimated weights (deterministic
   # layers, batch norm) that refinement could refit per member (`refit_deterministic`).

@@ -23,8 +23,8 @@ from auxiliary_sampling.loop_settings import current_loop_settings
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.validation import check_integer
-from baselines.learning_rate import LearningRateSchedule
-from baselines.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
+from methods.trainers.learning_rate import LearningRateSchedule
+from methods.trainers.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
 

@@ -19,7 +19,7 @@ from common.config import UsageError, describe_settings, differing_settings
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
-# What baselines.training writes: tf.train.CheckpointManager's files and the trace.
+# What methods.trainers.training writes: tf.train.CheckpointManager's files and the trace.
 CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
 
 
