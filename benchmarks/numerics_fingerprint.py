@@ -10,10 +10,10 @@ started in --repo (default: the repository holding this module), so one tree's h
 fingerprint another tree's code, into --work_dir (default: a new temporary directory; it must
 not hold earlier runs, which the binaries would reuse instead of running), and writes FILE.json:
 per run (keyed `<group>/<dataset>/<method>/seed_<s>`) its command and every number of its
-results.json `metrics`; for a bandit run also each line's per-step cumulative expected regret
-and the predicted reward gap each action was chosen from, per seed (its regret_<agent>.npz);
-then the commit, the machine, the package versions, the date, each run's and group's wall and
-CPU seconds.
+results.json `metrics` (measurements such as the peak memory kept apart, not compared); for a
+bandit run also each line's per-step cumulative expected regret and the predicted reward gap
+each action was chosen from, per seed (its regret_<agent>.npz); then the commit, the machine,
+the package versions, the date, each run's and group's wall and CPU seconds.
 Every run gets one intra-op and one inter-op thread ($TF_NUM_INTRAOP_THREADS and
 $TF_NUM_INTEROP_THREADS, and --intra_op_threads=1 where the binary has it), so its numbers do
 not depend on the machine's load. Groups:
@@ -60,6 +60,8 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One thread for every TensorFlow pool of every run: numbers independent of the machine's load.
 THREAD_ENVIRONMENT = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 WORK_DIR_PLACEHOLDER, DATA_DIR_PLACEHOLDER = "$WORK_DIR", "$REFINED_VI_DATA_DIR"
+# Measurements among results.json metrics (the process's peak memory): recorded, never compared.
+MEASUREMENTS = ("peak_memory_mb",)
 UCI_METHODS = ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn", "mnf",
                "deep_ensemble", "svgd", "fsvgd")
 IMAGE_METHODS = ("vi", "refined_vi", "vi_equal_compute", "deep_ensemble", "mnf", "vogn",
@@ -258,10 +260,12 @@ def run_one(run: Run, repo: str, work_dir: str, data_dir: str) -> dict:
     return entry
   with open(results_path) as handle:
     results = json.load(handle)
-  metrics = dict(numbers(results.get("metrics", {})))
+  recorded = dict(numbers(results.get("metrics", {})))
+  metrics = {name: value for name, value in recorded.items() if name not in MEASUREMENTS}
   if run.binary == "bandits.main":
     metrics.update(regret_series(output_dir))
   entry["metrics"] = metrics
+  entry["measurements"] = {name: recorded[name] for name in MEASUREMENTS if name in recorded}
   entry["flags"] = _anonymised(results.get("flags", {}), work_dir, data_dir)
   return entry
 
@@ -399,8 +403,8 @@ def main(argv):
     print(text)
     if failing:
       names = ", ".join(f"{row.run} {row.metric}" for row in failing[:5])
-      raise RuntimeError(f"{len(failing)} metric(s) differ beyond --tolerance="
-                         f"{options.tolerance:g} or are missing, e.g. {names}")
+      raise RuntimeError(f"{len(failing)} row(s) differ beyond --tolerance="
+                         f"{options.tolerance:g} or miss a side, e.g. {names}")
     return
   groups = _groups(options.only)
   repo = os.path.abspath(options.repo)

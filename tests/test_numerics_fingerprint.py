@@ -1,6 +1,7 @@
 """benchmarks.numerics_fingerprint: its comparison passes only identical fingerprints, naming the
 run and metric that differ, and its runs record every number of their results.json."""
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -54,7 +55,7 @@ def test_one_changed_digit_fails_naming_run_and_metric(tmp_path):
   after["runs"]["uci/boston_housing/vi/seed_0"]["metrics"]["test_mll"] = -2.577157735824586
   completed = _compare(tmp_path, BEFORE, after)
   assert completed.returncode == 1
-  assert "1 metric(s) differ" in completed.stderr
+  assert "1 row(s) differ" in completed.stderr
   assert "uci/boston_housing/vi/seed_0 test_mll" in completed.stderr
   assert "| uci/boston_housing/vi/seed_0 | test_mll | -2.577157735824585 | -2.577157735824586 " \
          "| 3.45e-16 |" in completed.stdout
@@ -131,6 +132,36 @@ def test_regret_series_are_cumulative_per_line_and_seed(tmp_path):
   assert series["regret_record/vi_ts/seed_3/cumulative_expected_regret"] == [0.0, 5.0, 5.0]
   assert series["regret_record/vi_ts/seed_4/cumulative_expected_regret"] == [5.0, 5.0, 5.0]
   assert series["regret_record/vi_ts/seed_4/predicted_gap"] == [4.0, -1.0, -1.0]
+
+
+FAKE_BINARY = """
+import json, os, sys
+output_dir = sys.argv[1].split("=", 1)[1]
+if len(sys.argv) > 2:
+  sys.exit("error: " + sys.argv[2])
+with open(os.path.join(output_dir, "results.json"), "w") as handle:
+  json.dump({"metrics": {"test_mll": -1.5, "peak_memory_mb": 321.0, "name": "x"},
+             "flags": {"output_dir": output_dir, "threads": os.environ["TF_NUM_INTRAOP_THREADS"]}},
+            handle)
+"""
+
+
+def test_a_run_keeps_its_numbers_apart_from_its_measurements_and_paths(tmp_path):
+  """A stand-in binary (a module of --repo): the peak memory is a measurement, not a metric;
+  recorded paths name the work directory by its placeholder; the thread settings reach it."""
+  (tmp_path / "fake_binary.py").write_text(FAKE_BINARY)
+  run = fingerprint.Run("group/data/method/seed_0", "fake_binary",
+                        ("--output_dir=$WORK_DIR/group/data/method/seed_0",))
+  entry = fingerprint.run_one(run, str(tmp_path), str(tmp_path / "work"), str(tmp_path))
+  assert entry["metrics"] == {"test_mll": -1.5}
+  assert entry["measurements"] == {"peak_memory_mb": 321.0}
+  assert entry["flags"] == {"output_dir": "$WORK_DIR/group/data/method/seed_0", "threads": "1"}
+  assert entry["command"] == "python -m fake_binary --output_dir=$WORK_DIR/group/data/method/seed_0"
+  failing = dataclasses.replace(run, key="group/data/failing/seed_0", arguments=(
+      "--output_dir=$WORK_DIR/group/data/failing/seed_0", "the data are missing"))
+  entry = fingerprint.run_one(failing, str(tmp_path), str(tmp_path / "work"), str(tmp_path))
+  assert entry["error"] == "exit status 1: error: the data are missing"
+  assert "metrics" not in entry
 
 
 def test_every_group_runs_each_binary_with_one_thread_and_distinct_outputs():
