@@ -53,8 +53,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from absl import flags
 
-from common import cli
 from common.results import git_commit, library_versions, machine_description, write_json_atomically
+from runner import cli
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One thread for every TensorFlow pool of every run: numbers independent of the machine's load.
