@@ -333,8 +333,6 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
      "--num_cores=3 but the strategy found 2 replicas"),
     (["--use_gpu", "--num_cores=2", "--nojit_compile", "--batch_size=63"], 2,
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
-    # UCI compiles its loop by default: several replicas need it off, and the line says so.
-    (["--use_gpu", "--num_cores=2"], 2, "allowed: --num_cores=1 with it, or --nojit_compile"),
     (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
 ])
 def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):
