@@ -326,7 +326,7 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
 
 @_needs("uci/boston_housing")
 @pytest.mark.parametrize("flags,cpu_devices,message", [
-    (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
+    (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu, --tpu or --multi_worker"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),
     (["--use_gpu"], 0, "--use_gpu but TensorFlow sees no GPU"),
     (["--use_gpu", "--num_cores=3", "--nojit_compile"], 2,
