@@ -4,15 +4,21 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
   (none)           one device, TensorFlow's default placement (a GPU if any);
   --use_gpu        MirroredStrategy over every visible GPU;
   --tpu=ADDRESS    TPUClusterResolver -> connect -> initialise -> TPUStrategy;
-  --num_cores=N    how many GPUs or TPU cores the run expects: a run that finds
-                   another number of replicas stops, instead of silently
-                   training on other hardware than the script says.
+  --multi_worker   MultiWorkerMirroredStrategy over the machines $TF_CONFIG
+                   names: every worker runs the same command, each on its GPUs
+                   (--use_gpu) or its CPU; the chief writes the run's files;
+  --num_cores=N    how many GPUs or TPU cores (with --multi_worker: replicas over
+                   all workers) the run expects: a run that finds another number of
+                   replicas stops, instead of silently training on other hardware
+                   than the script says.
   --noise_chunk_steps, --jit_compile, --jit_compile_refinement, --jit_compile_ensemble:
                    how the training loops run on their device
                    (`auxiliary_sampling.loop_settings`);
                    --xla_cache_dir keeps the compiled loops for later runs.
 `--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
+XLA compiles one device's loop: on several replicas a run asking for --jit_compile
+runs the uncompiled loop and says so in one line (`replica_loop_settings`).
 
 For tests only, REFINED_VI_TEST_CPU_DEVICES=N splits the CPU into N logical
 devices before TensorFlow starts, and `--use_gpu` on a machine without GPUs
@@ -24,6 +30,7 @@ refused before it loads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from typing import Any, ClassVar, Optional
@@ -32,6 +39,7 @@ from auxiliary_sampling.loop_settings import LoopSettings
 from common.config import ALL, NOTHING, Config, UsageError, setting
 
 TEST_CPU_DEVICES_VARIABLE = "REFINED_VI_TEST_CPU_DEVICES"
+CLUSTER_VARIABLE = "TF_CONFIG"
 
 
 @dataclasses.dataclass
@@ -46,8 +54,13 @@ class DeviceConfig(Config):
   tpu: Optional[str] = setting(
       None, "TPU to train on (a name or grpc:// address for TPUClusterResolver): TPUStrategy "
       "over its cores.", shapes=NOTHING)
-  num_cores: int = setting(1, "GPUs or TPU cores the run expects; the run stops if the strategy "
-                           "finds another number of replicas.", minimum=1, shapes=NOTHING)
+  multi_worker: bool = setting(
+      False, "Train data-parallel across the machines $TF_CONFIG names "
+      "(MultiWorkerMirroredStrategy): every worker runs this same command; the chief writes the "
+      "results and checkpoints.", shapes=NOTHING)
+  num_cores: int = setting(1, "GPUs or TPU cores the run expects (with --multi_worker: replicas "
+                           "over all workers); the run stops if the strategy finds another "
+                           "number of replicas.", minimum=1, shapes=NOTHING)
   use_bfloat16: bool = setting(False, "Compute the network in bfloat16 where the benchmark "
                                "supports it (variables and the ELBO stay float32).", shapes=ALL)
   intra_op_threads: int = setting(
@@ -56,8 +69,9 @@ class DeviceConfig(Config):
       maximum=1024, shapes=NOTHING)
 
   jit_compile: bool = setting(
-      False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
-      "one device). Each maximiser compiles once before its first chunk.",
+      False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0; on "
+      "several replicas the run uses the uncompiled loop and says so). Each maximiser compiles "
+      "once before its first chunk.",
       # Runs recorded before this setting existed ran uncompiled.
       shapes=NOTHING, round_off=True, absent_means=False)
   noise_chunk_steps: int = setting(
@@ -83,10 +97,6 @@ class DeviceConfig(Config):
   def check(self) -> None:
     super().check()
     check_compiled_loop(self)
-    if self.jit_compile and (self.use_gpu or self.tpu) and self.num_cores > 1:
-      raise UsageError(f"--jit_compile compiles one device's loop, not {self.num_cores} replicas'; "
-                       "allowed: --num_cores=1 with it, or --nojit_compile (TPUStrategy compiles "
-                       "its steps itself)")
     if self.xla_cache_dir is not None and not self.jit_compile:
       raise UsageError(f"--xla_cache_dir={self.xla_cache_dir} keeps XLA's compiled chunks, but "
                        "nothing is compiled without --jit_compile; allowed: it with --jit_compile")
@@ -96,9 +106,18 @@ class DeviceConfig(Config):
                        "(made if missing)")
     if self.use_gpu and self.tpu:
       raise UsageError(f"--use_gpu and --tpu={self.tpu} were both given; allowed: one of them")
-    if self.num_cores > 1 and not (self.use_gpu or self.tpu):
-      raise UsageError(f"--num_cores={self.num_cores} needs --use_gpu or --tpu; without them the "
-                       "run uses one device (allowed: --num_cores=1)")
+    if self.multi_worker and self.tpu:
+      raise UsageError(f"--multi_worker and --tpu={self.tpu} were both given; allowed: one of "
+                       "them (TPUStrategy spans a pod's hosts itself)")
+    if self.multi_worker:
+      cluster_of_workers()   # refuses a missing or malformed $TF_CONFIG
+    if self.multi_worker and getattr(self, "replace_mismatched", False):
+      raise UsageError("--replace_mismatched with --multi_worker: the workers would restore what "
+                       "the chief deletes; allowed: one of them (discard a mismatched checkpoint "
+                       "in a one-machine run, or use another --output_dir)")
+    if self.num_cores > 1 and not (self.use_gpu or self.tpu or self.multi_worker):
+      raise UsageError(f"--num_cores={self.num_cores} needs --use_gpu, --tpu or --multi_worker; "
+                       "without them the run uses one device (allowed: --num_cores=1)")
     if self.use_bfloat16 and not self.bfloat16_supported:
       raise UsageError(f"--use_bfloat16 is not supported by this benchmark ({type(self).__name__}; "
                        "bfloat16 is for the image models); allowed: --use_bfloat16=false")
@@ -116,7 +135,85 @@ class DeviceConfig(Config):
   def hardware_flag(self) -> str:
     if self.tpu:
       return f"--tpu={self.tpu}"
+    if self.multi_worker:
+      return f"--multi_worker over {cluster_of_workers().size} processes"
     return "--use_gpu" if self.use_gpu else "no --use_gpu or --tpu: one device"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+  """The processes of a --multi_worker run and this one's place among them ($TF_CONFIG)."""
+  chief: Optional[str]      # "host:port" of the chief, if the cluster names one
+  workers: tuple[str, ...]  # "host:port" of every other process that trains
+  task_type: str            # "chief" or "worker"
+  task_index: int
+
+  @property
+  def size(self) -> int:
+    return len(self.workers) + (self.chief is not None)
+
+
+def cluster_of_workers() -> Cluster:
+  """$TF_CONFIG as a Cluster; UsageError (one line) if it is missing or malformed.
+
+  The format is TensorFlow's: {"cluster": {"worker": ["host:port", ...], "chief": ["host:port"]},
+  "task": {"type": "worker", "index": 0}} (a "chief" job is optional).
+  """
+  text = os.environ.get(CLUSTER_VARIABLE, "")
+  allowed = ('allowed: JSON like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": '
+             '"worker", "index": 0}}')
+  if not text.strip():
+    raise UsageError(f"--multi_worker needs ${CLUSTER_VARIABLE} naming the workers; {allowed}")
+  try:
+    tf_config = json.loads(text)
+  except json.JSONDecodeError as error:
+    raise UsageError(f"${CLUSTER_VARIABLE} is not JSON ({error.msg}); {allowed}") from None
+  cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
+  task = tf_config.get("task") if isinstance(tf_config, dict) else None
+  if not isinstance(cluster, dict) or not isinstance(task, dict):
+    raise UsageError(f"${CLUSTER_VARIABLE}={text!r} lacks a \"cluster\" or \"task\" object; "
+                     f"{allowed}")
+  jobs = {}
+  for job in ("chief", "worker"):
+    addresses = cluster.get(job, [])
+    if not isinstance(addresses, list) or not all(
+        isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
+      raise UsageError(f"${CLUSTER_VARIABLE} cluster.{job}={addresses!r} is not a list of "
+                       f"\"host:port\" strings; {allowed}")
+    jobs[job] = addresses
+  others = sorted(set(cluster) - {"chief", "worker"})
+  if others or not jobs["worker"] or len(jobs["chief"]) > 1:
+    raise UsageError(f"${CLUSTER_VARIABLE} cluster={cluster!r} must list workers (and at most "
+                     f"one chief), nothing else (found {others or 'no workers'}); {allowed}")
+  task_type, task_index = task.get("type"), task.get("index")
+  if task_type not in ("chief", "worker") or not isinstance(task_index, int) or not (
+      0 <= task_index < len(jobs[task_type] if task_type in jobs else [])):
+    raise UsageError(f"${CLUSTER_VARIABLE} task={task!r} is not one of the cluster's tasks; "
+                     f"allowed: type chief or worker, index 0 to its job's size - 1")
+  return Cluster(jobs["chief"][0] if jobs["chief"] else None, tuple(jobs["worker"]), task_type,
+                 task_index)
+
+
+def writes_run_files() -> bool:
+  """Whether this process writes the run's files (results, summaries, checkpoints, figures):
+  always, unless it is a --multi_worker run's non-chief worker (under the strategy's scope),
+  which writes its checkpoints to a temporary folder and nothing else."""
+  if "tensorflow" not in sys.modules:
+    return True
+  import tensorflow as tf
+  return bool(tf.distribute.get_strategy().extended.should_checkpoint)
+
+
+def replica_loop_settings(config: Config, num_replicas: int) -> Config:
+  """`config` for training on `num_replicas` replicas: with --jit_compile on several, the
+  uncompiled loop (XLA compiles one device's loop; TPUStrategy compiles its steps itself), said
+  in one info line, so that the results record the loop that ran."""
+  if num_replicas == 1 or not getattr(config, "jit_compile", False):
+    return config
+  from absl import logging as absl_logging
+  absl_logging.info("--jit_compile compiles one device's loop: on %d replicas the run uses the "
+                    "uncompiled loop (--nojit_compile)", num_replicas)
+  return dataclasses.replace(config, jit_compile=False)
 
 
 def test_cpu_devices() -> int:
@@ -176,10 +273,26 @@ def set_thread_count(intra_op_threads: int) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
 
 
+_multi_worker_strategies: list[Any] = []
+
+
+def multi_worker_strategy() -> Any:
+  """The process's MultiWorkerMirroredStrategy over the workers $TF_CONFIG names, made on the first
+  call, which must come before TensorFlow initialises its devices (it configures the collective
+  ops then): `runner.cli.quiet_tensorflow_startup(multi_worker=True)` makes it."""
+  if not _multi_worker_strategies:
+    import tensorflow as tf
+    cluster_of_workers()
+    _multi_worker_strategies.append(tf.distribute.MultiWorkerMirroredStrategy())
+  return _multi_worker_strategies[0]
+
+
 def strategy_for(config: DeviceConfig) -> Any:
   """The `tf.distribute.Strategy` the flags ask for; UsageError if the hardware disagrees."""
   import tensorflow as tf
-  if config.tpu:
+  if config.multi_worker:
+    strategy = multi_worker_strategy()
+  elif config.tpu:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -208,9 +321,11 @@ def describe_strategy(strategy: Any) -> dict[str, Any]:
     devices = [(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices())[0].name]
   else:
     devices = list(strategy.extended.worker_devices)
-  return {"strategy": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
-          "devices": devices,
-          "intra_op_threads": intra_op_threads_in_use()}
+  description = {"strategy": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
+                 "devices": devices, "intra_op_threads": intra_op_threads_in_use()}
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    description["workers"] = cluster_of_workers().size   # devices: this worker's
+  return description
 
 
 def intra_op_threads_in_use() -> int:

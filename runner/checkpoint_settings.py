@@ -16,6 +16,7 @@ import os
 from typing import Any, Mapping
 
 from common.config import UsageError, describe_settings, differing_settings
+from common.distribution import writes_run_files
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
@@ -51,14 +52,15 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
   else:
     recorded = {}
     differing = ["(no settings record)"] if _checkpoint_files(checkpoint_dir) else []
-  if differing:
-    if not replace_mismatched:
-      what = ("records no settings" if not recorded else "was made with other settings: "
-              + describe_settings(settings, recorded, absent_values, differing, "checkpoint"))
-      raise UsageError(f"the checkpoint in {checkpoint_dir} {what}; use another directory, or "
-                       "--replace_mismatched to discard it and train afresh")
-    for name in _checkpoint_files(checkpoint_dir):
-      os.remove(os.path.join(checkpoint_dir, name))
+  if differing and not replace_mismatched:
+    what = ("records no settings" if not recorded else "was made with other settings: "
+            + describe_settings(settings, recorded, absent_values, differing, "checkpoint"))
+    raise UsageError(f"the checkpoint in {checkpoint_dir} {what}; use another directory, or "
+                     "--replace_mismatched to discard it and train afresh")
+  if not writes_run_files():
+    return   # a --multi_worker run's other workers check; the chief records
+  for name in _checkpoint_files(checkpoint_dir) if differing else ():
+    os.remove(os.path.join(checkpoint_dir, name))
   if differing or not os.path.exists(path):
     os.makedirs(checkpoint_dir, exist_ok=True)
     write_json_atomically(path, settings)

@@ -31,8 +31,8 @@ from absl import logging as absl_logging
 from auxiliary_sampling.loop_settings import loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
 from common.distribution import (DeviceConfig, describe_strategy, loop_settings_of,
-                                 set_thread_count, split_cpu_for_tests, strategy_for,
-                                 use_xla_cache)
+                                 multi_worker_strategy, replica_loop_settings, set_thread_count,
+                                 split_cpu_for_tests, strategy_for, use_xla_cache)
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -288,9 +288,11 @@ def _stderr_silenced() -> Iterator[None]:
 
 
 def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int = 0,
-                             xla_cache_dir: Optional[str] = None) -> None:
-  """Imports TensorFlow (its XLA cache at `xla_cache_dir`, if given), sets its threads and finds
-  its devices without its start-up noise on stderr.
+                             xla_cache_dir: Optional[str] = None,
+                             multi_worker: bool = False) -> None:
+  """Imports TensorFlow (its XLA cache at `xla_cache_dir`, if given), sets its threads, joins the
+  workers of $TF_CONFIG if `multi_worker` (before the devices start) and finds its devices,
+  without its start-up noise on stderr.
 
   Also silences TensorFlow's INFO and WARNING logging (for example the checkpoint
   saver's per-save lines) unless `show_logging`.
@@ -303,6 +305,8 @@ def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int =
     import tensorflow as tf
     split_cpu_for_tests()
     set_thread_count(intra_op_threads)
+    if multi_worker:
+      multi_worker_strategy()
     tf.config.list_logical_devices()
   if show_logging:
     return
@@ -316,20 +320,20 @@ def _drop_tensorflow_info(record: logging.LogRecord) -> bool:
 
 
 @contextlib.contextmanager
-def _strategy_scope(config: Config) -> Iterator[None]:
+def _strategy_scope(config: Config) -> Iterator[Any]:
   """Builds and trains everything under the strategy the hardware flags pick (if the config has
   them, and no strategy is in force already: a script's own scope is kept); UsageError if the
   hardware disagrees with the flags."""
   import tensorflow as tf
   if not isinstance(config, DeviceConfig) or tf.distribute.has_strategy():
-    yield
+    yield tf.distribute.get_strategy()
     return
   strategy = strategy_for(config)
   description = describe_strategy(strategy)
   absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
                     description["strategy"], ", ".join(description["devices"]))
   with strategy.scope():
-    yield
+    yield strategy
 
 
 def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
@@ -340,10 +344,11 @@ def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
   results.json records are the ones it ran on."""
   @functools.wraps(train_and_evaluate)
   def under_settings(config: Config, *args, **kwargs) -> dict:
-    settings = loop_settings_of(config)
-    with _strategy_scope(config), (loop_settings_scope(settings) if settings is not None
-                                   else contextlib.nullcontext()):
-      return train_and_evaluate(config, *args, **kwargs)
+    with _strategy_scope(config) as strategy:
+      config = replica_loop_settings(config, strategy.num_replicas_in_sync)
+      settings = loop_settings_of(config)
+      with (loop_settings_scope(settings) if settings is not None else contextlib.nullcontext()):
+        return train_and_evaluate(config, *args, **kwargs)
   under_settings.runs_under_device_settings = True
   return under_settings
 
@@ -381,7 +386,8 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     note_start_commit()
     with removed_if_failed_empty(output_dir, created):
       quiet_tensorflow_startup(flags.FLAGS.tf_log, config.thread_count(),
-                               getattr(config, "xla_cache_dir", None))
+                               getattr(config, "xla_cache_dir", None),
+                               getattr(config, "multi_worker", False))
       metrics = train_and_evaluate(config, output_dir)
     for name in printed_metrics:
       if name in metrics:

@@ -17,7 +17,8 @@ from runner.checkpoint_settings import claim_checkpoint_dir
 from runner.config import MethodConfig
 from methods.trainers.training import InputTransform
 from common.config import absent_values
-from common.results import write_results
+from common.distribution import writes_run_files
+from common.results import RESULTS_FILENAME, write_results
 from methods import registry
 from methods.registry import VI, VOGN, MethodRun, Networks, TrainingInputs
 
@@ -61,7 +62,10 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
 
 def write_method_results(output_dir: str, benchmark: str, config: MethodConfig, metrics: dict,
                          timings: dict) -> str:
-  """results.json of one benchmark run: its dataset, method, seed and every setting."""
+  """results.json of one benchmark run: its dataset, method, seed and every setting (written by
+  the chief of a --multi_worker run only; the path either way)."""
+  if not writes_run_files():
+    return os.path.join(output_dir, RESULTS_FILENAME)
   return write_results(output_dir, benchmark=benchmark, dataset=getattr(config, "dataset", None),
                        method=config.method, seed=config.seed, flags=config.as_dict(),
                        metrics=metrics, timings=timings)

@@ -22,6 +22,7 @@ from common.classification_metrics import (classification_metrics, member_metric
                                            predict_member_log_probabilities,
                                            predictive_log_probabilities)
 from common.refinement_figures import write_refinement_trace
+from common.distribution import writes_run_files
 from common.results import check_finite
 from common.seeding import seed_everything
 
@@ -61,7 +62,7 @@ def train_and_evaluate_images(config: ImageClassificationConfig,
                  peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
   timings = dict(run.timings, evaluate_seconds=time.perf_counter() - evaluation_started)
   check_finite("metrics", metrics)   # a failed run writes nothing: checked before the trace files
-  if run.refinement is not None:
+  if run.refinement is not None and writes_run_files():
     write_refinement_trace(output_dir, run.refinement, config.steps_per_auxiliary,
                            f"{model_name} / {config.dataset}, seed {config.seed}")
   timings["total_seconds"] = time.perf_counter() - started

@@ -326,15 +326,13 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
 
 @_needs("uci/boston_housing")
 @pytest.mark.parametrize("flags,cpu_devices,message", [
-    (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu or --tpu"),
+    (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu, --tpu or --multi_worker"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),
     (["--use_gpu"], 0, "--use_gpu but TensorFlow sees no GPU"),
     (["--use_gpu", "--num_cores=3", "--nojit_compile"], 2,
      "--num_cores=3 but the strategy found 2 replicas"),
     (["--use_gpu", "--num_cores=2", "--nojit_compile", "--batch_size=63"], 2,
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
-    # UCI compiles its loop by default: several replicas need it off, and the line says so.
-    (["--use_gpu", "--num_cores=2"], 2, "allowed: --num_cores=1 with it, or --nojit_compile"),
     (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
 ])
 def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):

@@ -25,6 +25,7 @@ from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
+from common.distribution import writes_run_files
 from methods.trainers.learning_rate import LearningRateSchedule
 
 _TRACE_FILENAME = "trace.npz"
@@ -135,6 +136,13 @@ class CheckpointedTraining:
       self.traces, self.kl_traces = [saved["trace"]], [saved["kl_trace"]]
 
   def _save(self, checkpoint_dir: str) -> None:
+    if not writes_run_files():
+      # A --multi_worker run's other workers take part in the save (it may gather values over
+      # the workers) into a folder of their own, which they delete; the chief's is the run's.
+      with tempfile.TemporaryDirectory(prefix="worker_checkpoint_") as scratch:
+        tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save(
+            checkpoint_number=int(self.step.numpy()))
+      return
     os.makedirs(checkpoint_dir, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=checkpoint_dir, suffix=".npz.tmp")
     with os.fdopen(descriptor, "wb") as handle:
@@ -162,7 +170,7 @@ class CheckpointedTraining:
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
     resumed_from_step = int(self.step.numpy())
-    writer = _ScalarWriter(summary_dir) if summary_dir else None
+    writer = _ScalarWriter(summary_dir) if summary_dir and writes_run_files() else None
     progress = ProgressLog(self.name, num_steps, resumed_from_step, self.objective_name)
     chunk_timings = []   # (steps, seconds) of this call's chunks
     while int(self.step.numpy()) < num_steps:

@@ -1,0 +1,189 @@
+"""One run across machines: --multi_worker trains as one device does, on two worker processes;
+and several replicas run the default flags (UCI's compiled loop) without a usage error.
+
+Each test starts two `uci.main` processes on localhost (loopback only), joined by $TF_CONFIG into
+a MultiWorkerMirroredStrategy of 2 replicas, one CPU each, both writing to one --output_dir as
+workers on a shared filesystem would; every process is bounded in time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+TIMEOUT_SECONDS = 420
+UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--nodownload", "--hidden_units=8",
+            "--steps_per_checkpoint=100", "--num_samples=3", "--num_auxiliary=2",
+            "--steps_per_auxiliary=10", "--elbo_num_samples=2", "--mnf_steps=6",
+            "--ensemble_steps=20", "--ensemble_members=2"]
+
+needs_boston = pytest.mark.skipif(
+    not os.path.isdir(os.path.join(DATA, "uci", "boston_housing")),
+    reason=f"the offline boston_housing data are not in {DATA}")
+
+
+def _free_ports(count: int) -> list[int]:
+  sockets = [socket.socket() for _ in range(count)]
+  for each in sockets:
+    each.bind(("localhost", 0))
+  ports = [each.getsockname()[1] for each in sockets]
+  for each in sockets:
+    each.close()
+  return ports
+
+
+def _environment(tf_config=None) -> dict:
+  environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1",
+                 "TF_NUM_INTRAOP_THREADS": "1"}
+  environment.pop("REFINED_VI_TEST_CPU_DEVICES", None)
+  environment.pop("TF_CONFIG", None)
+  if tf_config is not None:
+    environment["TF_CONFIG"] = json.dumps(tf_config)
+  return environment
+
+
+def _one_device(*flags) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "uci.main", *UCI_TINY, *flags], cwd=REPO,
+                        capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
+                        env=_environment())
+
+
+def _two_workers(*flags) -> list[subprocess.CompletedProcess]:
+  """The same command on two worker processes (worker 0 is the chief)."""
+  workers = [f"localhost:{port}" for port in _free_ports(2)]
+  processes = [subprocess.Popen(
+      [sys.executable, "-m", "uci.main", *UCI_TINY, *flags, "--multi_worker", "--num_cores=2"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=_environment({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}))
+      for i in range(2)]
+  completed = []
+  try:
+    for process in processes:
+      stdout, stderr = process.communicate(timeout=TIMEOUT_SECONDS)
+      completed.append(subprocess.CompletedProcess(process.args, process.returncode, stdout,
+                                                   stderr))
+  finally:
+    for process in processes:
+      process.kill()
+  return completed
+
+
+def _results(directory) -> dict:
+  return json.loads((directory / "results.json").read_text())
+
+
+def _check_like_one_device(recorded: dict, reference: dict) -> None:
+  assert recorded["machine"]["replicas"] == 2 and recorded["machine"]["workers"] == 2
+  assert recorded["flags"]["multi_worker"] and not recorded["flags"]["jit_compile"]
+  for metric in ("test_mll", "test_rmse", "elbo", "elbo_aux"):
+    if metric in reference["metrics"]:
+      np.testing.assert_allclose(recorded["metrics"][metric], reference["metrics"][metric],
+                                 rtol=1e-5, err_msg=metric)
+
+
+@needs_boston
+@pytest.mark.parametrize("method", ["mnf", "deep_ensemble"])
+def test_two_workers_train_as_one_device(tmp_path, method):
+  """Two worker processes end to end: one device's metrics (uncompiled on both).
+
+  Catches: workers that each train on the whole batch (the likelihood counted twice), a
+  strategy that is not joined across the processes (each worker trains alone: the runs record
+  1 replica), the non-chief worker's scratch checkpoints left behind, and the default
+  --jit_compile refused on several replicas instead of running the uncompiled loop.
+  """
+  one = _one_device(f"--output_dir={tmp_path / 'one'}", f"--method={method}", "--nojit_compile")
+  assert one.returncode == 0, one.stderr[-2000:]
+  workers = _two_workers(f"--output_dir={tmp_path / 'two'}", f"--method={method}")
+  for worker in workers:
+    assert worker.returncode == 0, worker.stderr[-2000:]
+  assert "uses the uncompiled loop" in workers[0].stderr
+  _check_like_one_device(_results(tmp_path / "two"), _results(tmp_path / "one"))
+  scratch = [path for path in tmp_path.rglob("*") if "worker_checkpoint" in path.name]
+  assert not scratch, scratch
+
+
+@needs_boston
+def test_refined_vi_resumed_on_two_workers_ends_as_one_uninterrupted_device(tmp_path):
+  """VI stopped after 100 of 200 steps on the two workers, then refined VI from that checkpoint
+  on the two workers, ends where one device's uninterrupted refined VI run ends. Catches: a
+  worker that restores nothing (the other worker does not read the chief's checkpoint) or its own
+  scratch copy, the Adam state or data stream lost in the save the workers make together, and
+  refinement that differs across the workers."""
+  checkpoints = f"--vi_checkpoint_dir={tmp_path / 'checkpoints'}"
+  first = _two_workers(f"--output_dir={tmp_path / 'first'}", "--method=vi", "--vi_steps=100",
+                       checkpoints)
+  assert all(worker.returncode == 0 for worker in first), first[1].stderr[-2000:]
+  resumed = _two_workers(f"--output_dir={tmp_path / 'resumed'}", "--method=refined_vi",
+                         "--vi_steps=200", checkpoints)
+  assert all(worker.returncode == 0 for worker in resumed), resumed[1].stderr[-2000:]
+  whole = _one_device(f"--output_dir={tmp_path / 'whole'}", "--method=refined_vi",
+                      "--vi_steps=200", "--nojit_compile")
+  assert whole.returncode == 0, whole.stderr[-2000:]
+  recorded = _results(tmp_path / "resumed")
+  assert recorded["metrics"]["vi_resumed_from_step"] == 100
+  _check_like_one_device(recorded, _results(tmp_path / "whole"))
+
+
+@needs_boston
+def test_the_default_compiled_loop_on_two_replicas_runs_uncompiled_and_says_so(tmp_path):
+  """UCI compiles its loop by default; `--use_gpu --num_cores=2` with the default flags (here on
+  2 logical CPUs) runs the uncompiled loop with one info line, records that, and trains as one
+  uncompiled device. Catches the usage error this used to be, and a run recording
+  --jit_compile while it ran uncompiled."""
+  one = _one_device(f"--output_dir={tmp_path / 'one'}", "--method=vi", "--nojit_compile")
+  assert one.returncode == 0, one.stderr[-2000:]
+  two = subprocess.run(
+      [sys.executable, "-m", "uci.main", *UCI_TINY, f"--output_dir={tmp_path / 'two'}",
+       "--method=vi", "--use_gpu", "--num_cores=2"], cwd=REPO, capture_output=True, text=True,
+      timeout=TIMEOUT_SECONDS, env={**_environment(), "REFINED_VI_TEST_CPU_DEVICES": "2"})
+  assert two.returncode == 0, two.stderr[-2000:]
+  assert "on 2 replicas the run uses the uncompiled loop" in two.stderr
+  recorded = _results(tmp_path / "two")
+  assert recorded["machine"]["replicas"] == 2 and not recorded["flags"]["jit_compile"]
+  for metric in ("test_mll", "elbo"):
+    np.testing.assert_allclose(recorded["metrics"][metric],
+                               _results(tmp_path / "one")["metrics"][metric], rtol=1e-5)
+
+
+@pytest.mark.parametrize("tf_config,message", [
+    (None, "--multi_worker needs $TF_CONFIG naming the workers"),
+    ("{not json", "$TF_CONFIG is not JSON"),
+    ('{"cluster": {"worker": ["localhost:1"]}}', 'lacks a "cluster" or "task" object'),
+    ('{"cluster": {"worker": ["localhost"]}, "task": {"type": "worker", "index": 0}}',
+     'is not a list of "host:port" strings'),
+    ('{"cluster": {"worker": ["localhost:1"], "ps": ["localhost:2"]}, '
+     '"task": {"type": "worker", "index": 0}}', "must list workers (and at most one chief)"),
+    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 1}}',
+     "is not one of the cluster's tasks"),
+])
+def test_a_bad_cluster_is_one_usage_line(tmp_path, tf_config, message):
+  environment = _environment()
+  if tf_config is not None:
+    environment["TF_CONFIG"] = tf_config
+  completed = subprocess.run(
+      [sys.executable, "-m", "uci.main", f"--output_dir={tmp_path / 'out'}", "--multi_worker"],
+      cwd=REPO, capture_output=True, text=True, timeout=120, env=environment)
+  assert completed.returncode == 2, completed.stderr[-2000:]
+  assert message in completed.stderr
+  assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+  assert not (tmp_path / "out").exists()
+
+
+def test_multi_worker_refuses_flags_it_cannot_honour():
+  from uci.config import UciConfig
+  from common.config import UsageError
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1"]},
+                                          "task": {"type": "worker", "index": 0}}))
+    with pytest.raises(UsageError, match="--multi_worker and --tpu=t were both given"):
+      UciConfig(multi_worker=True, tpu="t").check()
+    with pytest.raises(UsageError, match="the workers would restore what the chief deletes"):
+      UciConfig(multi_worker=True, replace_mismatched=True).check()
+    UciConfig(multi_worker=True, num_cores=2).check()   # replicas over all workers
