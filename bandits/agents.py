@@ -146,8 +146,13 @@ class History(tf.Module):
   def append(self, contexts: tf.Tensor, actions: tf.Tensor, rewards: tf.Tensor) -> None:
     """Adds one row per member: contexts [G, F], actions [G], rewards [G]."""
     row = tf.concat([contexts, tf.cast(actions, tf.float32)[:, tf.newaxis]], -1)
-    self.inputs[:, self.count].assign(row)
-    self.rewards[:, self.count, 0].assign(tf.cast(rewards, tf.float32))
+    # Whole-variable assigns: a tf.distribute strategy's mirrored variables take neither sliced
+    # assigns nor scatters (a copy of the history per step, negligible beside the updates).
+    groups = tf.range(tf.shape(row, out_type=tf.int64)[0])
+    at_count = tf.stack([groups, tf.fill(tf.shape(groups), self.count.read_value())], -1)
+    self.inputs.assign(tf.tensor_scatter_nd_update(self.inputs, at_count, row))
+    self.rewards.assign(tf.tensor_scatter_nd_update(
+        self.rewards, at_count, tf.cast(rewards, tf.float32)[:, tf.newaxis]))
     self.count.assign_add(1)
 
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 from common.config import (NOTHING, Config, UsageError, data_dir_setting, download_setting,
                            setting, with_default)
-from common.distribution import DeviceConfig, check_compiled_loop
+from common.distribution import DeviceConfig
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
 PARTICLE_AGENTS = ("svgd_ts", "fsvgd_ts")
@@ -20,8 +20,10 @@ REWARD_MODELS = ("per_action", "action_input")
 
 
 @dataclasses.dataclass
-class BanditConfig(Config):
-  """One run: the listed agents, every seed at once (the seeds are a member axis)."""
+class BanditConfig(DeviceConfig):
+  """One run: the listed agents, every seed at once (the seeds are a member axis). On several
+  replicas (--use_gpu, --tpu, --multi_worker) every update's and refinement's minibatch is split
+  over them, as the other binaries split theirs."""
 
   agents: tuple[str, ...] = setting(
       PAPER_AGENTS, "Agents to run, one after another: refined_ts (Thompson sampling with refined "
@@ -94,7 +96,7 @@ class BanditConfig(Config):
   intra_op_threads: int = with_default(DeviceConfig, "intra_op_threads", 0)
 
   def check(self) -> None:
-    check_compiled_loop(self)
+    super().check()
     scale = self.fixed_noise_scale   # refuses a value that is neither a number nor "learned"
     if scale is not None and set(self.agents) & set(PARTICLE_AGENTS):
       raise UsageError(f"noise_scale={self.noise_scale} with agents "
@@ -108,6 +110,13 @@ class BanditConfig(Config):
       if len(set(values)) != len(values):
         raise UsageError(f"{name}={','.join(map(str, values))} repeats a value; allowed: "
                          "distinct values")
+
+  def check_replicas(self, num_replicas: int) -> None:
+    """Every update's minibatch (--batch_size rewards) must split evenly over the replicas."""
+    super().check_replicas(num_replicas)
+    if self.batch_size % num_replicas:
+      raise UsageError(f"--batch_size={self.batch_size} does not split evenly over "
+                       f"{num_replicas} replicas; allowed: a multiple of {num_replicas}")
 
   @property
   def fixed_noise_scale(self) -> Optional[float]:
