@@ -14,8 +14,8 @@ from bandits.agents import make_agent
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord
 from report import bandit_regret_sources
-# The bandit tests' data, tiny settings and binary runner (one definition for both files).
-from tests.test_bandits import DATA, TINY, _run, mushrooms, needs_mushrooms  # noqa: F401
+# The bandit tests' tiny settings and binary runner (one definition for both files).
+from tests.test_bandits import TINY, _run
 
 
 def _fill_history(agent, mushrooms, rows: int, rng: np.random.Generator) -> None:
@@ -31,7 +31,6 @@ def _fill_history(agent, mushrooms, rows: int, rng: np.random.Generator) -> None
       agent.history.append(contexts, tf.fill([groups], action), tf.fill([groups], reward))
 
 
-@needs_mushrooms
 def test_refined_ts_acts_on_samples_refined_on_the_history(mushrooms):
   """With an untrained q and a history that separates edible from poisonous mushrooms, refined_ts's
   predicted eat-minus-pass gaps must separate them too: refinement fits each sample to the history.
@@ -56,7 +55,6 @@ def test_refined_ts_acts_on_samples_refined_on_the_history(mushrooms):
   assert np.all(gaps["poisonous"] < -8.0), gaps
 
 
-@needs_mushrooms
 def test_vi_ts_averages_distinct_posterior_draws(mushrooms):
   """The mean of k Thompson samples has 1/k of one sample's variance when the k draws are
   distinct. Catches vi_ts averaging one draw k times (planted: the forward pass computed once and
@@ -75,7 +73,6 @@ def test_vi_ts_averages_distinct_posterior_draws(mushrooms):
   np.testing.assert_array_less(variances[4] / variances[1], 0.45)
 
 
-@needs_mushrooms
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
 def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agent_name):
   """Catches --noise_scale accepted but the scale still trained (it would drift from 0.5 after the
@@ -103,7 +100,6 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
   assert np.all(np.abs(final["learned"] - config.initial_noise_scale) > 1e-3)
 
 
-@needs_mushrooms
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
 def test_untrained_agents_try_both_actions_without_forced_pulls(mushrooms, agent_name):
   """No agent pulls each action a fixed number of times first (the benchmark's BBB agent does;
@@ -119,22 +115,21 @@ def test_untrained_agents_try_both_actions_without_forced_pulls(mushrooms, agent
   assert 0.2 < eaten.mean() < 0.8, eaten.mean()
 
 
-@needs_mushrooms
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy", "svgd_ts"])
-def test_a_diverged_agent_is_a_failure_not_a_result(tmp_path, agent_name):
+def test_a_diverged_agent_is_a_failure_not_a_result(tmp_path, data_dir_for, agent_name):
   """At learning rate 1e30 every model diverges in its first update. Catches the bandit writing
   results.json from NaN networks (each then passes on every mushroom and its regret looks valid)."""
-  config = BanditConfig(**dict(TINY, agents=(agent_name,), learning_rate=1e30, num_particles=2))
+  config = BanditConfig(**dict(TINY, agents=(agent_name,), learning_rate=1e30, num_particles=2,
+                               data_dir=data_dir_for("mushroom")))
   with pytest.raises(FloatingPointError, match=f"{agent_name}: non-finite .* at bandit step 1 "):
     bandit_main.train_and_evaluate(config, str(tmp_path))
   assert not (tmp_path / "results.json").exists()
 
 
-@needs_mushrooms
-def test_the_binary_stops_a_diverged_run_with_one_line(tmp_path):
-  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", "--nodownload",
-                   "--agents=vi_ts", "--seeds=0", "--horizon=3", "--update_steps=2",
-                   "--hidden_units=4", "--learning_rate=1e30")
+def test_the_binary_stops_a_diverged_run_with_one_line(tmp_path, data_dir_for):
+  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={data_dir_for('mushroom')}",
+                   "--nodownload", "--agents=vi_ts", "--seeds=0", "--horizon=3",
+                   "--update_steps=2", "--hidden_units=4", "--learning_rate=1e30")
   assert completed.returncode == 1
   lines = completed.stderr.strip().splitlines()
   assert lines[-1] == ("error: vi_ts: non-finite ELBO at bandit step 1 (1 of 1 members); the "
@@ -158,14 +153,13 @@ def test_a_bad_noise_scale_is_one_usage_line(tmp_path, flags, message):
   assert not (tmp_path / "results.json").exists()
 
 
-@needs_mushrooms
-def test_results_record_the_noise_model_and_the_learned_scales(tmp_path):
+def test_results_record_the_noise_model_and_the_learned_scales(tmp_path, data_dir_for):
   """Catches results.json without the final learned scale per seed (the diagnosis of a failed run
   starts from it), or with one where the scale was fixed."""
   for noise_scale in ("learned", "2"):
     out = tmp_path / noise_scale
     config = BanditConfig(**dict(TINY, agents=("vi_ts", "eps_greedy"), noise_scale=noise_scale,
-                                 horizon=4))
+                                 horizon=4, data_dir=data_dir_for("mushroom")))
     bandit_main.train_and_evaluate(config, str(out))
     recorded = json.loads((out / "results.json").read_text())
     assert recorded["flags"]["noise_scale"] == noise_scale

@@ -7,26 +7,22 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
-pytestmark = pytest.mark.skipif(
-    not os.path.isfile(os.path.join(DATA, "mushroom", "agaricus-lepiota.data")),
-    reason="the offline mushroom copy is not here")
 
 
 def _run(tmp_path, *flags):
   return subprocess.run(
-      [sys.executable, "-m", "benchmarks.bandit_speed", f"--output_dir={tmp_path}",
-       f"--data_dir={DATA}", *flags], capture_output=True, text=True, check=False, cwd=REPO,
+      [sys.executable, "-m", "benchmarks.bandit_speed", f"--output_dir={tmp_path}", *flags],
+      capture_output=True, text=True, check=False, cwd=REPO,
       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
-def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path):
+def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path, data_dir_for):
   """Tiny settings. Catches agents built outside their loop's settings (the compiled row would
   time the per-step loop), a loop or agent left out of the record, a refinement time missing
   for refined_ts, and projected hours that do not follow from the measured steps per second."""
-  completed = _run(tmp_path, "--steps=1", "--rounds=1", "--history=2", "--update_steps=10",
-                   "--refine_steps=10", "--agents=vi_ts,refined_ts", "--horizon=3600",
-                   "--seeds=3")
+  completed = _run(tmp_path, f"--data_dir={data_dir_for('mushroom')}", "--steps=1", "--rounds=1",
+                   "--history=2", "--update_steps=10", "--refine_steps=10",
+                   "--agents=vi_ts,refined_ts", "--horizon=3600", "--seeds=3")
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["flags"]["loops"] == ["per_step", "compiled"]

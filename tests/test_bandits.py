@@ -24,21 +24,12 @@ from methods.trainers.gaussian_head import gaussian_head_log_likelihood
 from common.config import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
-needs_mushrooms = pytest.mark.skipif(
-    not os.path.exists(os.path.join(DATA, mushroom.RELATIVE_PATH)),
-    reason="the offline mushroom file is not here")
+# Runs that read the data add data_dir=data_dir_for("mushroom").
 TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
             epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
-            data_dir=DATA, download=False, jit_compile=False)
+            download=False, jit_compile=False)
 
 
-@pytest.fixture(scope="module")
-def mushrooms():
-  return mushroom.load(DATA, download_allowed=False)
-
-
-@needs_mushrooms
 def test_encoding_is_the_benchmarks_one_hot_of_all_22_attributes(mushrooms):
   assert mushrooms.contexts.shape == (8124, 117)
   np.testing.assert_array_equal(mushrooms.contexts.sum(axis=1), 22)   # one value per attribute
@@ -195,7 +186,6 @@ def test_refinement_members_copy_their_seed_member():
                                   np.repeat(original.posterior_loc.numpy(), 3, axis=0))
 
 
-@needs_mushrooms
 def test_refined_thompson_sampling_refines_a_copy_and_leaves_q_alone(mushrooms):
   """Catches refinement that writes into the mean-field model (the paper discards each refined
   sample), and a refinement that does not move its copy or condition the prior on a1."""
@@ -217,7 +207,6 @@ def test_refined_thompson_sampling_refines_a_copy_and_leaves_q_alone(mushrooms):
   assert agent.history.count.numpy() == 3
 
 
-@needs_mushrooms
 @pytest.mark.parametrize("agent_name", ["svgd_ts", "fsvgd_ts"])
 def test_each_seeds_particles_learn_that_seeds_history(mushrooms, agent_name):
   """Seed 0 is always paid +5 for eating, seed 1 -5: each seed's particles must come to predict
@@ -239,7 +228,6 @@ def test_each_seeds_particles_learn_that_seeds_history(mushrooms, agent_name):
   np.testing.assert_array_equal(chosen[:, 0], [mushroom.EAT, 1 - mushroom.EAT])
 
 
-@needs_mushrooms
 def test_epsilon_one_explores_uniformly_and_zero_never(mushrooms):
   config = BanditConfig(**dict(TINY, seeds=tuple(range(40))))
   agent = make_agent("eps_greedy", config, mushroom.NUM_FEATURES)
@@ -252,9 +240,9 @@ def test_epsilon_one_explores_uniformly_and_zero_never(mushrooms):
   assert 0.4 < np.mean(chosen[:, :, 1]) < 0.6
 
 
-@needs_mushrooms
-def test_binary_writes_figure_table_and_results(tmp_path):
-  metrics = bandit_main.train_and_evaluate(BanditConfig(**TINY), str(tmp_path))
+def test_binary_writes_figure_table_and_results(tmp_path, data_dir_for):
+  config = BanditConfig(**TINY, data_dir=data_dir_for("mushroom"))
+  metrics = bandit_main.train_and_evaluate(config, str(tmp_path))
   recorded = json.loads((tmp_path / "results.json").read_text())
   lines = ["refined_ts", "vi_ts", "eps_greedy_0", "eps_greedy_1"]
   assert sorted(recorded["metrics"]["cumulative_regret"]) == sorted(lines)
@@ -270,13 +258,12 @@ def test_binary_writes_figure_table_and_results(tmp_path):
   assert "| refined_ts |" in (tmp_path / "figure5_cumulative_regret.md").read_text()
 
 
-@needs_mushrooms
-def test_the_binary_meets_the_stream_drawn_for_stream_horizon(tmp_path, mushrooms):
+def test_the_binary_meets_the_stream_drawn_for_stream_horizon(tmp_path, mushrooms, data_dir_for):
   """Catches --stream_horizon accepted but not passed to the stream: the 40 steps would meet
   their own luck, not that of the 120-step stream (some 20 poisonous mushrooms eaten, each with
   even odds of other luck)."""
   config = BanditConfig(**dict(TINY, agents=("eps_greedy",), epsilons=(1.0,), horizon=40,
-                               stream_horizon=120))
+                               stream_horizon=120, data_dir=data_dir_for("mushroom")))
   bandit_main.train_and_evaluate(config, str(tmp_path))
   record = RegretRecord.load(str(tmp_path / "regret_eps_greedy.npz"))
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), 120, len(mushrooms.edible))
@@ -363,7 +350,6 @@ class _Killed(Exception):
   pass
 
 
-@needs_mushrooms
 @pytest.mark.parametrize("agent_name,loop", [
     ("refined_ts", LoopSettings()), ("refined_ts", LoopSettings(True, 100)),
     ("eps_greedy", LoopSettings()), ("fsvgd_ts", LoopSettings())])
@@ -427,12 +413,11 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message
   assert not (tmp_path / "results.json").exists()
 
 
-@needs_mushrooms
-def test_the_binary_runs_on_the_thread_count_it_is_given(tmp_path, monkeypatch):
+def test_the_binary_runs_on_the_thread_count_it_is_given(tmp_path, monkeypatch, data_dir_for):
   """Catches --intra_op_threads accepted by the bandit binary but not applied (recorded as
   TensorFlow's choice, 0)."""
   monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
-  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}",
+  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={data_dir_for('mushroom')}",
                    "--nodownload", "--agents=eps_greedy", "--epsilons=0.1", "--seeds=0",
                    "--horizon=3", "--update_steps=2", "--hidden_units=4",
                    "--intra_op_threads=1")
@@ -466,8 +451,7 @@ def test_sample_quality_scores_acting_on_a_sample():
   np.testing.assert_allclose(squared_error, [(np.array([3.0, -1.0, 2.0, -4.0]) - truth) ** 2])
 
 
-@needs_mushrooms
-def test_sample_quality_binary_learns_from_its_history(tmp_path):
+def test_sample_quality_binary_learns_from_its_history(tmp_path, mushrooms, data_dir_for):
   """Both kinds of samples, trained on 400 random-action rewards, act better than passing every
   mushroom (regret 5 x the edible fraction), the best policy blind to edibility; catches samples
   scored against the wrong mushrooms or before training (acting on an untrained network eats
@@ -475,9 +459,10 @@ def test_sample_quality_binary_learns_from_its_history(tmp_path):
   regret varies from 0.6 to 1.0 of passing's."""
   config = sample_quality.SampleQualityConfig(
       **dict(TINY, seeds=(0, 1, 2, 3), hidden_units=32, num_observations=400,
+             data_dir=data_dir_for("mushroom"),
              training_steps=3000, refine_steps=20, rounds=2))
   metrics = sample_quality.train_and_evaluate(config, str(tmp_path))
-  always_pass = mushroom.REWARD_EDIBLE * np.mean(mushroom.load(DATA, False).edible)
+  always_pass = mushroom.REWARD_EDIBLE * np.mean(mushrooms.edible)
   for agent in ("vi_ts", "refined_ts"):
     # (Measured: 2.26 for vi_ts and 2.06 for refined_ts, against 2.59.)
     assert metrics[agent]["averaged_regret"]["mean"] < always_pass, agent

@@ -6,6 +6,8 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -147,6 +149,39 @@ def test_every_binary_with_device_flags_runs_under_them():
     assert module.train_and_evaluate.runs_under_device_settings, module.__name__
   with pytest.raises(TypeError, match="wrap train_and_evaluate in cli.runs_under_its_device"):
     cli.main(UciConfig, uci.main.train_and_evaluate.__wrapped__)
+
+
+# What `python -m <binary>` imports before its flags are read: its module, and its config class.
+_PROBE = """
+import importlib, sys
+from absl import flags
+from runner import cli
+importlib.import_module({binary!r})
+config_class = getattr(importlib.import_module({config_module!r}), {config_class!r})
+cli.define_flags(config_class)
+flags.FLAGS([{binary!r}, "--output_dir=unused"])
+cli.config_from_flags(config_class).validate()
+print("tensorflow" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("binary,config_module,config_class", [
+    ("uci.main", "uci.config", "UciConfig"), ("image.main", "image.config", "ImageConfig"),
+    ("resnet.main", "resnet.config", "ResNetConfig"),
+    ("bandits.main", "bandits.config", "BanditConfig"),
+    ("bandits.sample_quality", "bandits.sample_quality", "SampleQualityConfig"),
+    ("toy.multimodal", "toy.multimodal", "ToyConfig"),
+    ("toy.eight_schools", "toy.eight_schools", "EightSchoolsConfig")])
+def test_every_binary_checks_its_flags_before_tensorflow_loads(binary, config_module,
+                                                                config_class):
+  """Catches a binary that imports TensorFlow with its module (the toy binaries did): its
+  --help then takes seconds, and a bad flag's one line comes after TensorFlow's start-up noise."""
+  code = _PROBE.format(binary=binary, config_module=config_module, config_class=config_class)
+  completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             timeout=120)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  assert completed.stdout.strip() == "False"
 
 
 def test_shipped_configs_are_valid_and_fully_documented():

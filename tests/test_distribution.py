@@ -17,14 +17,7 @@ import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
-
-
-def _needs(folder: str):
-  """Skips a test whose offline data folder (under the data directory) is not here."""
-  return pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, folder)),
-                            reason=f"the offline {folder} data are not in {DATA}")
-UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
+UCI_TINY = ["--dataset=boston_housing", "--hidden_units=8", "--vi_steps=200",
             "--steps_per_checkpoint=100", "--num_samples=3", "--num_auxiliary=2",
             "--steps_per_auxiliary=10", "--elbo_num_samples=2"]
 
@@ -239,11 +232,11 @@ def _uci(*flags, cpu_devices=2):
                         text=True, timeout=300, env=_environment(cpu_devices))
 
 
-@_needs("uci/boston_housing")
 @pytest.mark.parametrize("method,loop", [
     ("refined_vi", []), ("refined_vogn", []), ("refined_vi", ["--noise_chunk_steps=40"]),
     ("refined_vi", ["--nojit_compile", "--noise_chunk_steps=0"])])
-def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, method, loop):
+def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, data_dir_for, method,
+                                                                    loop):
   """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device.
   For VOGN this catches per-replica curvature means not all-reduced, and its updates written
   with `assign` in replica context (MirroredStrategy refuses them). With noise drawn ahead (one
@@ -251,8 +244,8 @@ def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, me
   replicas that cut the chunk's draws to the wrong rows; the last case draws inside each step."""
   runs = {}
   for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2", "--nojit_compile"])):
-    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY, *flags,
-                     *loop)
+    completed = _uci(f"--output_dir={tmp_path / name}", f"--method={method}", *UCI_TINY,
+                     f"--data_dir={data_dir_for('boston_housing')}", *flags, *loop)
     assert completed.returncode == 0, completed.stderr[-2000:]
     runs[name] = json.loads((tmp_path / name / "results.json").read_text())
   assert runs["two"]["machine"]["replicas"] == 2
@@ -263,8 +256,8 @@ def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, me
                                rtol=1e-5)
 
 
-@_needs("uci/boston_housing")
-def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path):
+def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path,
+                                                                              data_dir_for):
   """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
   trains on 2 replicas, as the binary does. Catches the strategy scope applied only by
   `cli.main`: the script's run then trained on one device while its config said two."""
@@ -273,7 +266,8 @@ from common.distribution import split_cpu_for_tests
 split_cpu_for_tests()
 from uci import main
 from uci.config import UciConfig
-config = UciConfig(method="vi", dataset="boston_housing", data_dir={DATA!r}, hidden_units=8,
+config = UciConfig(method="vi", dataset="boston_housing",
+                   data_dir={data_dir_for("boston_housing")!r}, hidden_units=8,
                    vi_steps=100, num_samples=2, elbo_num_samples=1, use_gpu=True, num_cores=2,
                    jit_compile=False)
 main.train_and_evaluate(config, {str(tmp_path)!r})
@@ -285,12 +279,12 @@ main.train_and_evaluate(config, {str(tmp_path)!r})
   assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy"
 
 
-@_needs("mnist")
-def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
+def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path, data_dir_for):
   """The image binary end to end on 2 replicas, its LeNet-5 computing in bfloat16."""
   completed = subprocess.run(
       [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--dataset=mnist",
-       f"--data_dir={DATA}", "--nodownload", "--method=vi", "--num_train_examples=512",
+       f"--data_dir={data_dir_for('mnist')}", "--nodownload", "--method=vi",
+       "--num_train_examples=512",
        "--num_test_examples=200", "--vi_steps=40", "--num_samples=2", "--batch_size=64",
        "--use_gpu", "--num_cores=2", "--use_bfloat16"],
       cwd=REPO, capture_output=True, text=True, timeout=300, env=_environment())
@@ -300,18 +294,18 @@ def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path):
   assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
 
 
-@_needs("fashion_mnist")
-def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_path):
+def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_path,
+                                                                           data_dir_for):
   """ResNet-20 end to end on 2 replicas, augmented batches split by rows: one device's numbers.
 
   Catches: replicas augmenting alike (or each its own way). Batch norm's equivalence is the
   library check's above (`batch_norm`).
   """
-  runs = {}
+  runs, data_dir = {}, data_dir_for("fashion_mnist")
   for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2"])):
     completed = subprocess.run(
         [sys.executable, "-m", "resnet.main", f"--output_dir={tmp_path / name}",
-         "--dataset=fashion_mnist", f"--data_dir={DATA}", "--nodownload", "--method=vi",
+         "--dataset=fashion_mnist", f"--data_dir={data_dir}", "--nodownload", "--method=vi",
          "--num_train_examples=128", "--num_test_examples=64", "--batch_size=32", "--epochs=1",
          "--decay_epochs=0.5", "--decay_factors=0.1", "--num_samples=2",
          "--data_augmentation", *flags],
@@ -324,7 +318,6 @@ def test_resnet_binary_with_augmentation_on_two_replicas_matches_one_device(tmp_
                                rtol=1e-4)
 
 
-@_needs("uci/boston_housing")
 @pytest.mark.parametrize("flags,cpu_devices,message", [
     (["--num_cores=2"], 0, "--num_cores=2 needs --use_gpu, --tpu or --multi_worker"),
     (["--use_gpu", "--tpu=local"], 0, "--use_gpu and --tpu=local were both given"),

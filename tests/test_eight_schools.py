@@ -13,7 +13,7 @@ import tensorflow as tf
 from scipy import stats
 
 from toy.divergence import knn_kl_divergence
-from toy import eight_schools
+from toy import eight_schools, eight_schools_model
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,12 +35,12 @@ def _sample(program, names, num_draws, *args):
 @pytest.mark.parametrize("num_auxiliary,num_fixed", [(4, 3), (3, 1)])
 def test_the_auxiliary_decomposition_leaves_the_prior_unchanged(num_auxiliary, num_fixed):
   tf.random.set_seed(1)
-  original = _sample(eight_schools.eight_schools, ["mu", "tau", "theta"], 1500)
-  noncentered = _sample(eight_schools.noncentered_eight_schools, ["mu", "tau", "eta"], 1500)
-  auxiliary = _sample(eight_schools.auxiliary_eight_schools,
+  original = _sample(eight_schools_model.eight_schools, ["mu", "tau", "theta"], 1500)
+  noncentered = _sample(eight_schools_model.noncentered_eight_schools, ["mu", "tau", "eta"], 1500)
+  auxiliary = _sample(eight_schools_model.auxiliary_eight_schools,
                       ["a_mu", "r_mu", "a_tau", "r_tau", "a_theta", "r_theta"], 1500, num_auxiliary,
                       num_fixed)
-  mu, tau, theta = (t.numpy() for t in eight_schools.to_parameters(
+  mu, tau, theta = (t.numpy() for t in eight_schools_model.to_parameters(
       tf.constant(auxiliary["a_mu"].sum(1) + auxiliary["r_mu"]),
       tf.constant(auxiliary["a_tau"].sum(1) + auxiliary["r_tau"]),
       tf.constant(auxiliary["a_theta"].sum(1) + auxiliary["r_theta"])))
@@ -53,9 +53,9 @@ def test_the_auxiliary_decomposition_leaves_the_prior_unchanged(num_auxiliary, n
 
 
 def test_nuts_matches_quadrature_on_the_posterior_means():
-  quadrature = eight_schools.posterior_means_by_quadrature()
+  quadrature = eight_schools_model.posterior_means_by_quadrature()
   assert abs(quadrature["mu_mean"] - 4.4) < 0.1 and abs(quadrature["tau_mean"] - 3.6) < 0.1
-  draws = eight_schools.run_nuts(num_chains=64, num_burnin=300, num_draws=500, seed=3)
+  draws = eight_schools_model.run_nuts(num_chains=64, num_burnin=300, num_draws=500, seed=3)
   assert float(draws["max_r_hat"]) < 1.02 and int(draws["divergences"]) < 5
   assert abs(np.mean(draws["mu"]) - quadrature["mu_mean"]) < 0.1
   assert abs(np.mean(draws["tau"]) - quadrature["tau_mean"]) < 0.1
@@ -102,10 +102,15 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, field, va
 
 @pytest.mark.parametrize("flag", ["--num_auxiliary=1,0", "--num_auxiliary=1,x", "--num_samples=0"])
 def test_binary_rejects_bad_flags_with_one_line_and_exit_2(tmp_path, flag):
+  """Checked before TensorFlow loads: without TF_CPP_MIN_LOG_LEVEL (as a user's shell runs it)
+  the error is stderr's only line, no start-up noise before it."""
   output_dir = tmp_path / "out"
+  environment = {name: value for name, value in os.environ.items()
+                 if name != "TF_CPP_MIN_LOG_LEVEL"}
   completed = subprocess.run(
       [sys.executable, "-m", "toy.eight_schools", f"--output_dir={output_dir}", flag],
-      cwd=REPOSITORY, capture_output=True, text=True, timeout=300)
+      cwd=REPOSITORY, capture_output=True, text=True, timeout=300, env=environment)
   assert completed.returncode == 2
-  assert completed.stderr.strip().splitlines()[-1].startswith("error: num_")
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: num_"), lines
   assert not output_dir.exists()

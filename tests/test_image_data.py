@@ -11,16 +11,11 @@ import pytest
 
 from common import images
 
-DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-SHARED = os.environ.get("REFINED_VI_DATA_DIR", DEFAULT_DATA)
-needs_data = pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "mnist")),
-                                reason="the offline MNIST copy is not here")
 
-
-@needs_data
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
-def test_idx_datasets_load_verified_and_standardised(name):
-  data = images.load(name, SHARED, download_allowed=False)
+def test_idx_datasets_load_verified_and_standardised(data_dir_for, name):
+  root = data_dir_for(name)
+  data = images.load(name, root, download_allowed=False)
   assert data.x_train.shape == (60000, 28, 28, 1) and data.x_test.shape == (10000, 28, 28, 1)
   assert data.x_train.dtype == np.float32 and data.y_train.dtype == np.int32
   np.testing.assert_array_equal(
@@ -30,27 +25,26 @@ def test_idx_datasets_load_verified_and_standardised(name):
   assert abs(data.x_train.mean()) < 1e-4 and abs(data.x_train.std() - 1) < 1e-4
   assert 0.05 < data.channel_mean[0] < 0.4 and 0.25 < data.channel_std[0] < 0.4
   # The folder itself works as --data_dir too.
-  again = images.load(name, os.path.join(SHARED, name), download_allowed=False)
+  again = images.load(name, os.path.join(root, name), download_allowed=False)
   np.testing.assert_array_equal(again.y_train, data.y_train)
   # [0, 1] pixels: the standardised ones with the standardisation undone, and identity statistics.
-  unit = images.load(name, SHARED, download_allowed=False, pixel_scaling="unit_interval")
+  unit = images.load(name, root, download_allowed=False, pixel_scaling="unit_interval")
   assert unit.x_train.min() == 0 and unit.x_train.max() == 1 and unit.x_test.dtype == np.float32
   np.testing.assert_allclose(unit.x_test, data.x_test * data.channel_std + data.channel_mean,
                              atol=2e-6)
   assert unit.channel_mean[0] == 0 and unit.channel_std[0] == 1
 
 
-def _copy_mnist(tmp_path):
+def _copy_mnist(tmp_path, data_dir):
   target = tmp_path / "mnist"
-  shutil.copytree(os.path.join(SHARED, "mnist"), target)
+  shutil.copytree(os.path.join(data_dir, "mnist"), target)
   for path in target.iterdir():
     path.chmod(0o644)
   return target
 
 
-@needs_data
-def test_a_corrupt_or_missing_file_names_the_file(tmp_path):
-  folder = _copy_mnist(tmp_path)
+def test_a_corrupt_or_missing_file_names_the_file(tmp_path, data_dir_for):
+  folder = _copy_mnist(tmp_path, data_dir_for("mnist"))
   with open(folder / "t10k-labels-idx1-ubyte.gz", "ab") as handle:
     handle.write(b"\0")
   with pytest.raises(OSError, match="checksum mismatch for .*t10k-labels-idx1-ubyte.gz"):

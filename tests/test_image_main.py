@@ -17,19 +17,27 @@ from methods import registry
 from methods.vogn import VognConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
-pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(DATA, "mnist")),
-                                reason="the offline MNIST copy is not here")
 
-TINY = dict(dataset="mnist", data_dir=DATA, download=False, num_train_examples=1024,
+TINY = dict(dataset="mnist", download=False, num_train_examples=1024,
             num_test_examples=300, vi_steps=150, num_samples=3, num_auxiliary=3,
             steps_per_auxiliary=20, mnf_steps=60, ensemble_members=2, ensemble_steps=60,
             steps_per_checkpoint=100, batch_size=64)
 
 
+@pytest.fixture(name="mnist_dir")
+def _mnist_dir(data_dir_for):
+  return data_dir_for("mnist")
+
+
+@pytest.fixture(name="tiny")
+def _tiny(mnist_dir):
+  """TINY reading MNIST from the data folder."""
+  return dict(TINY, data_dir=mnist_dir)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method):
-  config = ImageConfig(method=method, **TINY)
+def test_every_method_writes_its_metrics(tmp_path, method, tiny):
+  config = ImageConfig(method=method, **tiny)
   metrics = image_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["benchmark"] == "image" and results["method"] == method
@@ -103,18 +111,18 @@ def _run(*args):
     (["--vi_momentum=1"], "vi_momentum=1.0 is out of range; allowed: >= 0 and < 1"),
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
-  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
+  completed = _run(f"--output_dir={tmp_path}", *flags)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "results.json").exists()
 
 
-def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path):
+def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path, tiny):
   """By default the ensemble gets [0, 1] pixels and Glorot kernels.
 
   The suite's VI protocol is a flag away.
   """
-  settings = {**TINY, "method": "deep_ensemble", "ensemble_steps": 30}
+  settings = {**tiny, "method": "deep_ensemble", "ensemble_steps": 30}
   paper = image_main.train_and_evaluate(ImageConfig(**settings), str(tmp_path / "paper"))
   vi_like = image_main.train_and_evaluate(
       ImageConfig(**settings, pixel_scaling="standardise", ensemble_kernel_initializer="he_normal"),
@@ -145,9 +153,9 @@ def test_paper_scale_runs_checkpoint_several_times_before_their_end(trainer):
   assert steps >= 5 * config.checkpoint_interval(60_000)
 
 
-def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path):
+def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path, data_dir_for):
   corrupted = tmp_path / "data" / "fashion_mnist"
-  shutil.copytree(os.path.join(DATA, "fashion_mnist"), corrupted)
+  shutil.copytree(os.path.join(data_dir_for("fashion_mnist"), "fashion_mnist"), corrupted)
   (corrupted / "train-labels-idx1-ubyte.gz").chmod(0o644)
   (corrupted / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b truncated")
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=fashion_mnist",
@@ -196,11 +204,11 @@ def test_synthetic_cifar10_writer_binary(tmp_path):
   assert completed.returncode == 2 and "--examples_per_batch=0 must be >= 1" in completed.stderr
 
 
-def test_speed_benchmark_writes_its_measurements(tmp_path):
+def test_speed_benchmark_writes_its_measurements(tmp_path, mnist_dir):
   """The speed binary end to end (one measurement, one step: its files, not its numbers)."""
   completed = subprocess.run([
       sys.executable, "-m", "benchmarks.image_speed", "--measurements=vi", "--steps=1",
-      "--rounds=1", f"--data_dir={DATA}", f"--output_dir={tmp_path}"
+      "--rounds=1", f"--data_dir={mnist_dir}", f"--output_dir={tmp_path}"
   ], cwd=REPO, capture_output=True, text=True, timeout=300, env={
       **os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"
   })
@@ -221,11 +229,11 @@ def test_speed_benchmark_writes_its_measurements(tmp_path):
   assert not (tmp_path / "bad").exists()
 
 
-def test_refinement_without_optimisation_steps(tmp_path):
+def test_refinement_without_optimisation_steps(tmp_path, tiny):
   """--steps_per_auxiliary=0, what the authors' code effectively ran on images: every a_k drawn,
   no Adam step. Catches the figure crashing on the empty per-step trace after a whole run (it did,
   on ResNet-20) and a stage staircase that moves without optimisation."""
-  config = ImageConfig(method="refined_vi", **dict(TINY, steps_per_auxiliary=0))
+  config = ImageConfig(method="refined_vi", **dict(tiny, steps_per_auxiliary=0))
   metrics = image_main.train_and_evaluate(config, str(tmp_path))
   assert len(pd.read_csv(tmp_path / figures.TRACE_FILENAME)) == 0
   stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
@@ -245,14 +253,14 @@ def test_refinement_without_optimisation_steps(tmp_path):
   assert np.log(0.1) < metrics["test_mll"] < 0
 
 
-def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path):
+def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path, tiny):
   """--vi_optimizer and --vi_weight_noise reach VI (MISSO's blocks cover the 1,024 digits in 16
   steps, then it moves), and report.misso_figure reads each run's ELBO summaries (logged at every
   checkpoint: steps 50 and 100)."""
   from report import misso_figure
   for name, flags in (("misso", dict(vi_optimizer="misso", learning_rate=0.01)),
                       ("bbb", dict(vi_weight_noise="per_batch"))):
-    config = ImageConfig(**{**TINY, "method": "vi", "vi_steps": 100, "steps_per_checkpoint": 50,
+    config = ImageConfig(**{**tiny, "method": "vi", "vi_steps": 100, "steps_per_checkpoint": 50,
                             **flags})
     metrics = image_main.train_and_evaluate(config, str(tmp_path / "runs" / name))
     assert metrics["test_accuracy"] > 0.2, name   # chance: 0.1 (s.e. 0.017 on 300 digits)

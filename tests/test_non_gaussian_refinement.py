@@ -10,7 +10,7 @@ from scipy import stats
 from auxiliary_sampling.non_gaussian_refinement import refine_non_gaussian
 from auxiliary_sampling.stable_auxiliaries import (StableBlock, residual_tilted_gaussian,
                                                    sample_auxiliary, sample_auxiliary_tilted)
-from toy import eight_schools
+from toy import eight_schools_model
 
 
 def test_normal_conditioning_is_exact_so_the_elbo_is_unchanged_in_expectation():
@@ -66,8 +66,9 @@ def test_refinement_raises_elbo_aux_and_lowers_the_exact_kl_as_k_grows():
   K. The sample-based KL to a reference cannot resolve this at M = 100: exact posterior draws
   against exact draws measure -0.2 to +0.08 there, more than the differences between K.
   """
-  log_evidence = eight_schools.log_evidence_by_quadrature(801)
-  results = {k: refine_non_gaussian(eight_schools.BLOCKS, eight_schools.auxiliary_log_joint_fn(k),
+  log_evidence = eight_schools_model.log_evidence_by_quadrature(801)
+  results = {k: refine_non_gaussian(eight_schools_model.BLOCKS,
+                                    eight_schools_model.auxiliary_log_joint_fn(k),
                                     num_auxiliary=k, num_samples=100, initial_steps=1000,
                                     steps_per_auxiliary=200, seed=0) for k in (1, 4)}
   np.testing.assert_array_equal(results[1].initial_elbo, results[4].initial_elbo)

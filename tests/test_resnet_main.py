@@ -12,16 +12,18 @@ from resnet import main as resnet_main
 from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data"))
-needs_fashion_mnist = pytest.mark.skipif(
-    not os.path.isdir(os.path.join(DATA, "fashion_mnist")),
-    reason="the offline Fashion-MNIST copy is not here")
 
 # 4 steps of 32 an epoch; refinement M = 2, K = 2, T = 2.
-TINY = dict(dataset="fashion_mnist", data_dir=DATA, download=False, num_train_examples=128,
+TINY = dict(dataset="fashion_mnist", download=False, num_train_examples=128,
             num_test_examples=64, batch_size=32, epochs=1, decay_epochs=(0.5,),
             decay_factors=(0.1,), num_samples=2, num_auxiliary=2, steps_per_auxiliary=2,
             ensemble_members=2, batchnorm=True)
+
+
+@pytest.fixture(name="tiny")
+def _tiny(data_dir_for):
+  """TINY reading Fashion-MNIST from the data folder."""
+  return dict(TINY, data_dir=data_dir_for("fashion_mnist"))
 
 
 def test_epochs_give_the_papers_steps_and_schedule():
@@ -38,12 +40,11 @@ def test_epochs_give_the_papers_steps_and_schedule():
   assert (config.num_auxiliary, config.variance_ratio, config.num_samples) == (10, 0.5, 10)
 
 
-@needs_fashion_mnist
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method):
+def test_every_method_writes_its_metrics(tmp_path, method, tiny):
   # vi: the full model, scored as the authors scored it, by one weight sample.
   config = ResNetConfig(method=method, variational="full" if method == "vi" else "hybrid",
-                        num_eval_samples=1 if method == "vi" else 0, **TINY)
+                        num_eval_samples=1 if method == "vi" else 0, **tiny)
   metrics = resnet_main.train_and_evaluate(config, str(tmp_path))
   recorded = json.loads((tmp_path / "results.json").read_text())
   assert recorded["benchmark"] == "resnet" and recorded["flags"]["batchnorm"] is True
@@ -62,10 +63,9 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     assert metrics["total_vi_steps"] == 4 + 2 * 2 * 2
 
 
-@needs_fashion_mnist
 @pytest.mark.parametrize("method", ["refined_vi", "deep_ensemble"])
 def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_path, monkeypatch,
-                                                                            method):
+                                                                            method, tiny):
   """Refinement and the ensemble train their member ResNets with per-member convolution gradients.
 
   Catches: 'Gradients for grouped convolutions are not supported on CPU'.
@@ -76,7 +76,7 @@ def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_
   a CPU exercises that path here too.
   """
   monkeypatch.setattr(layers, "grouped_conv_gradients_supported", lambda: False)
-  settings = {**TINY, "num_train_examples": 64, "num_test_examples": 32, "num_auxiliary": 1,
+  settings = {**tiny, "num_train_examples": 64, "num_test_examples": 32, "num_auxiliary": 1,
               "steps_per_auxiliary": 1, "stage_elbo_aux": False}
   metrics = resnet_main.train_and_evaluate(ResNetConfig(method=method, **settings), str(tmp_path))
   assert np.isfinite(metrics["test_mll"])
@@ -84,14 +84,13 @@ def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_
     assert np.isfinite(metrics["elbo_aux"])
 
 
-@needs_fashion_mnist
-def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path):
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, tiny):
   """Training killed after epoch 1 of 2 and rerun ends where an uninterrupted run ends.
 
   Catches: batch norm's moving statistics, the Adam state or the schedule's
   position lost in the per-epoch checkpoint.
   """
-  settings = {**{k: v for k, v in TINY.items() if k != "epochs"}, "method": "vi",
+  settings = {**{k: v for k, v in tiny.items() if k != "epochs"}, "method": "vi",
               "decay_epochs": (1.5,), "num_test_examples": 32}
   whole = resnet_main.train_and_evaluate(ResNetConfig(**settings, epochs=2),
                                          str(tmp_path / "whole"))

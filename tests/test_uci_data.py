@@ -8,36 +8,31 @@ import pytest
 from common import download
 from uci import data
 
-DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-SHARED_UCI = os.path.join(os.environ.get("REFINED_VI_DATA_DIR", DEFAULT_DATA), "uci")
-needs_data = pytest.mark.skipif(not os.path.isdir(SHARED_UCI),
-                                reason="the offline UCI copy is not here")
 
-
-@needs_data
 @pytest.mark.parametrize("name,rows,columns", [("boston_housing", 506, 13),
                                                ("naval_propulsion", 11934, 16),
                                                ("protein_structure", 45730, 9),
                                                ("yacht_hydrodynamics", 308, 6)])
-def test_every_file_is_verified_and_shapes_match_the_literature(name, rows, columns):
-  features, targets = data.load(name, SHARED_UCI, download_allowed=False)
+def test_every_file_is_verified_and_shapes_match_the_literature(data_dir_for, name, rows,
+                                                               columns):
+  uci = os.path.join(data_dir_for(name), "uci")
+  features, targets = data.load(name, uci, download_allowed=False)
   assert features.shape == (rows, columns) and targets.shape == (rows,)
   assert np.all(np.isfinite(features)) and np.all(np.isfinite(targets))
   expected_splits = 5 if name == "protein_structure" else 20
-  assert data.num_standard_splits(name, SHARED_UCI, download_allowed=False) == expected_splits
+  assert data.num_standard_splits(name, uci, download_allowed=False) == expected_splits
 
 
-@needs_data
-def test_the_data_root_or_its_uci_folder_both_work():
-  parent = os.path.dirname(SHARED_UCI)
-  a, _ = data.load("wine", parent, download_allowed=False)
-  b, _ = data.load("wine", SHARED_UCI, download_allowed=False)
+def test_the_data_root_or_its_uci_folder_both_work(data_dir_for):
+  root = data_dir_for("wine")
+  a, _ = data.load("wine", root, download_allowed=False)
+  b, _ = data.load("wine", os.path.join(root, "uci"), download_allowed=False)
   np.testing.assert_array_equal(a, b)
 
 
-@needs_data
-def test_a_corrupted_local_file_is_a_checksum_error(tmp_path):
-  shutil.copytree(os.path.join(SHARED_UCI, "yacht_hydrodynamics"), tmp_path / "yacht_hydrodynamics")
+def test_a_corrupted_local_file_is_a_checksum_error(tmp_path, data_dir_for):
+  shutil.copytree(os.path.join(data_dir_for("yacht_hydrodynamics"), "uci", "yacht_hydrodynamics"),
+                  tmp_path / "yacht_hydrodynamics")
   with open(tmp_path / "yacht_hydrodynamics" / "data.txt", "a") as handle:
     handle.write("1 2 3 4 5 6 7\n")
   with pytest.raises(OSError, match="checksum mismatch .*yacht_hydrodynamics/data.txt"):
@@ -72,13 +67,13 @@ def test_unknown_dataset_names_the_allowed_ones():
     data.load("boston")
 
 
-@needs_data
-def test_downloads_are_verified_and_cached_atomically(tmp_path, monkeypatch):
+def test_downloads_are_verified_and_cached_atomically(tmp_path, data_dir_for):
   """A file:// URL stands in for the network.
 
   The cache gets a verified copy, a bad one leaves nothing.
   """
-  source = os.path.join(SHARED_UCI, "yacht_hydrodynamics", "data.txt")
+  source = os.path.join(data_dir_for("yacht_hydrodynamics"), "uci", "yacht_hydrodynamics",
+                        "data.txt")
   digest = data.DATASETS["yacht_hydrodynamics"].sha256["data.txt"]
   target = tmp_path / "cache" / "data.txt"
   download.fetch("file://" + source, str(target), digest)

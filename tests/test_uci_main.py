@@ -16,22 +16,30 @@ from uci import main as uci_main
 from uci.config import METHODS, UciConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(
-    os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
 
-TINY = dict(dataset="yacht_hydrodynamics", data_dir=DATA, download=False, hidden_units=16,
+TINY = dict(dataset="yacht_hydrodynamics", download=False, hidden_units=16,
             vi_steps=400, num_samples=4, steps_per_auxiliary=40, elbo_num_samples=2, mnf_steps=100,
             ensemble_members=3, ensemble_steps=150, steps_per_checkpoint=200, num_particles=4,
             particle_epochs=20)
 
 
+@pytest.fixture(name="yacht_dir")
+def _yacht_dir(data_dir_for):
+  return data_dir_for("yacht_hydrodynamics")
+
+
+@pytest.fixture(name="tiny")
+def _tiny(yacht_dir):
+  """TINY reading yacht from the data folder."""
+  return dict(TINY, data_dir=yacht_dir)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method):
+def test_every_method_writes_its_metrics(tmp_path, method, tiny):
   """Through `train_and_evaluate` (as a script would call it) with the compiled loop, UCI's
   default, and refinement compiled too: every method's step body compiles with XLA (the proxy for
   TPU), and the run is the compiled one."""
-  config = UciConfig(method=method, jit_compile_refinement=True, **TINY)
+  config = UciConfig(method=method, jit_compile_refinement=True, **tiny)
   assert config.jit_compile and config.noise_chunk_steps == 100
   metrics = uci_main.train_and_evaluate(config, str(tmp_path))
   results = json.loads((tmp_path / "results.json").read_text())
@@ -57,17 +65,17 @@ def test_every_method_writes_its_metrics(tmp_path, method):
     assert metrics["vogn_resumed_from_step"] == 0
 
 
-def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path):
+def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, tiny):
   """The bug: called from a script (not through the binary's main), train_and_evaluate ignored
   --noise_chunk_steps and drew inside each step, while its results.json recorded the chunks.
   Runs with and without chunks must see other draws, and the chunked one must equal the binary's
   run with the same flags."""
-  tiny = {**TINY, "vi_steps": 100}
-  inside = uci_main.train_and_evaluate(UciConfig(method="vi", **tiny), str(tmp_path / "inside"))
-  chunked = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=50, **tiny),
+  short = {**tiny, "vi_steps": 100}
+  inside = uci_main.train_and_evaluate(UciConfig(method="vi", **short), str(tmp_path / "inside"))
+  chunked = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=50, **short),
                                         str(tmp_path / "chunked"))
   assert chunked["elbo"] != inside["elbo"]
-  flags = [f"--{name}={value}" for name, value in tiny.items()]
+  flags = [f"--{name}={value}" for name, value in short.items()]
   completed = _run(f"--output_dir={tmp_path / 'binary'}", "--method=vi", "--noise_chunk_steps=50",
                    *flags)
   assert completed.returncode == 0, completed.stderr[-2000:]
@@ -75,24 +83,24 @@ def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path):
   assert binary["elbo"] == pytest.approx(chunked["elbo"], rel=1e-6)
 
 
-def test_refined_and_vi_runs_share_one_checkpoint(tmp_path):
+def test_refined_and_vi_runs_share_one_checkpoint(tmp_path, tiny):
   shared = str(tmp_path / "vi_checkpoint")
-  first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+  first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **tiny),
                                       str(tmp_path / "vi"))
   second = uci_main.train_and_evaluate(
-      UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "refined"))
+      UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **tiny), str(tmp_path / "refined"))
   assert first["vi_resumed_from_step"] == 0 and second["vi_resumed_from_step"] == 400
   assert abs(first["elbo"] -
              second["elbo"]) < 0.05 * abs(first["elbo"])  # same model, a fresh ELBO estimate
 
 
-def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
+def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch, tiny):
   """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly
   -log 10 and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL
   unchanged) fail here."""
   from uci import data
   load = data.load
-  config = UciConfig(method="vi", **{**TINY, "vi_steps": 200})
+  config = UciConfig(method="vi", **{**tiny, "vi_steps": 200})
   original = uci_main.train_and_evaluate(config, str(tmp_path / "original"))
   monkeypatch.setattr(data, "load", lambda *args: (lambda x, y: (x, 10.0 * y + 3.0))(*load(*args)))
   scaled = uci_main.train_and_evaluate(config, str(tmp_path / "scaled"))
@@ -102,16 +110,16 @@ def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch):
   assert scaled["calibration_error"] == pytest.approx(original["calibration_error"], abs=1e-3)
 
 
-def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path):
+def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path, tiny):
   """vogn and refined_vogn of one dataset and seed share the VOGN checkpoint (in the VI
   checkpoint folder's vogn/), refinement raises ELBO_aux above the VOGN posterior's ELBO, and a VI
   run beside them keeps its own checkpoint."""
   shared = str(tmp_path / "vi_checkpoint")
-  vogn = uci_main.train_and_evaluate(UciConfig(method="vogn", vi_checkpoint_dir=shared, **TINY),
+  vogn = uci_main.train_and_evaluate(UciConfig(method="vogn", vi_checkpoint_dir=shared, **tiny),
                                      str(tmp_path / "vogn"))
   refined = uci_main.train_and_evaluate(
-      UciConfig(method="refined_vogn", vi_checkpoint_dir=shared, **TINY), str(tmp_path / "ref"))
-  vi = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+      UciConfig(method="refined_vogn", vi_checkpoint_dir=shared, **tiny), str(tmp_path / "ref"))
+  vi = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **tiny),
                                    str(tmp_path / "vi"))
   assert vogn["vogn_resumed_from_step"] == 0 and refined["vogn_resumed_from_step"] == 400
   assert vi["vi_resumed_from_step"] == 0
@@ -119,22 +127,22 @@ def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path):
   assert os.path.exists(os.path.join(shared, "vogn", "settings.json"))
 
 
-def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path):
+def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path, tiny):
   """A seed-1 run given seed 0's VI checkpoint or output directory stops with the differing flag.
 
   Mutation: resuming without comparing the recorded settings (the bug this replaced: seed 0's model
   evaluated on seed 1's split) makes these pass silently and fails here."""
   shared = str(tmp_path / "vi_checkpoint")
-  uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **TINY),
+  uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **tiny),
                               str(tmp_path / "s0"))
   with pytest.raises(ValueError, match=r"--seed=1 \(checkpoint: 0\)"):
-    uci_main.train_and_evaluate(UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, **TINY),
+    uci_main.train_and_evaluate(UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, **tiny),
                                 str(tmp_path / "s1"))
   replaced = uci_main.train_and_evaluate(
-      UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, replace_mismatched=True, **TINY),
+      UciConfig(method="vi", seed=1, vi_checkpoint_dir=shared, replace_mismatched=True, **tiny),
       str(tmp_path / "s1"))
   assert replaced["vi_resumed_from_step"] == 0
-  flags = ["--method=vi", *[f"--{name}={value}" for name, value in TINY.items()]]
+  flags = ["--method=vi", *[f"--{name}={value}" for name, value in tiny.items()]]
   completed = _run(f"--output_dir={tmp_path / 's0'}", "--seed=2", *flags)
   assert completed.returncode == 2
   assert completed.stderr.strip().splitlines() == [
@@ -191,10 +199,11 @@ def _run(*args):
                         })
 
 
-def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, yacht_dir):
   out = tmp_path / "run"
   flags = [
-      f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+      f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics",
+      f"--data_dir={yacht_dir}",
       "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
       "--elbo_num_samples=1"
   ]
@@ -225,7 +234,7 @@ def test_refined_methods_and_the_ensemble_take_one_thread_unless_told_otherwise(
   assert UciConfig(method="refined_vi").thread_count() == 0
 
 
-def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
+def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path, tiny):
   """By default the refiner is built before VI and traced on a second thread while VI trains
   (from VI's second chunk); the run's numbers are exactly those of building and tracing it when
   refinement starts (--noprepare_refinement). Catches a preparation that changes the run:
@@ -234,7 +243,7 @@ def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
   numbers disturbed by the second thread."""
   runs = {}
   for prepare in (True, False):
-    config = UciConfig(method="refined_vi", prepare_refinement=prepare, **TINY)
+    config = UciConfig(method="refined_vi", prepare_refinement=prepare, **tiny)
     uci_main.train_and_evaluate(config, str(tmp_path / str(prepare)))
     runs[prepare] = json.loads((tmp_path / str(prepare) / "results.json").read_text())
   assert runs[True]["metrics"] == runs[False]["metrics"]
@@ -244,12 +253,13 @@ def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path):
     assert 0 < timings["refine_build_seconds"] < timings["refine_total_seconds"]
 
 
-def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
+def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path,
+                                                                                yacht_dir):
   """UCI compiles VI's chunks but not refinement's (`--nojit_compile_refinement`, its default):
   XLA's persistent cache shows what was compiled, one computation fewer than with
   `--jit_compile_refinement` (catches the refinement setting ignored, either way), and both runs
   see the same numbers, so the metrics agree to XLA's round-off."""
-  flags = ["--method=refined_vi", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+  flags = ["--method=refined_vi", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
            "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
            "--steps_per_auxiliary=30", "--elbo_num_samples=1", "--noise_chunk_steps=50"]
   runs = {}
@@ -270,13 +280,14 @@ def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(
         runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
 
 
-def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path):
+def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path,
+                                                                                  yacht_dir):
   """UCI compiles VI's chunks but not the deep ensemble's (`--nojit_compile_ensemble`, its
   default: its batched member products run slower under XLA on a CPU). XLA's persistent cache
   shows what was compiled: nothing by default, the ensemble's chunk with
   `--jit_compile_ensemble` (catches the setting ignored, either way); both runs see the same
   batches, so their metrics agree to XLA's round-off, and the default takes one thread."""
-  flags = ["--method=deep_ensemble", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+  flags = ["--method=deep_ensemble", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
            "--hidden_units=8", "--ensemble_members=3", "--ensemble_steps=120",
            "--noise_chunk_steps=50"]
   runs = {}
@@ -296,7 +307,8 @@ def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_number
         runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
 
 
-def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(tmp_path):
+def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(
+    tmp_path, yacht_dir):
   """--jit_compile with --noise_chunk_steps end to end; the chunk length decides which numbers the
   run sees, so a checkpoint made with another is refused (one line) rather than mixed in.
 
@@ -304,7 +316,7 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
   numbers: catches a cache that is never written (the flag set after TensorFlow read it) and one
   that hands a run another computation's executable."""
   out, cache = tmp_path / "run", tmp_path / "xla_cache"
-  flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={DATA}",
+  flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
            "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
            "--steps_per_auxiliary=30", "--elbo_num_samples=1",
            f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
@@ -362,16 +374,17 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
 ])
 def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
   """Each bad value is refused before TensorFlow loads: the error line is the only stderr line."""
-  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={DATA}", *flags)
+  completed = _run(f"--output_dir={tmp_path}", *flags)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
   assert not (tmp_path / "results.json").exists()
 
 
-def test_bad_data_is_a_runtime_error_without_results(tmp_path):
+def test_bad_data_is_a_runtime_error_without_results(tmp_path, yacht_dir):
   corrupted = tmp_path / "data"
-  shutil.copytree(os.path.join(DATA, "yacht_hydrodynamics"), corrupted / "yacht_hydrodynamics")
+  shutil.copytree(os.path.join(yacht_dir, "uci", "yacht_hydrodynamics"),
+                  corrupted / "yacht_hydrodynamics")
   with open(corrupted / "yacht_hydrodynamics" / "data.txt", "a") as handle:
     handle.write("0 0 0 0 0 0 0\n")
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=yacht_hydrodynamics",
@@ -387,9 +400,9 @@ def test_bad_data_is_a_runtime_error_without_results(tmp_path):
   assert not (tmp_path / "out" / "results.json").exists()
 
 
-def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path):
+def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path, tiny):
   """run_table.sh: a refinement variant in a new output root reuses another's VI checkpoints."""
-  tiny_flags = [f"--{name}={value}" for name, value in TINY.items() if name != "dataset"]
+  tiny_flags = [f"--{name}={value}" for name, value in tiny.items() if name != "dataset"]
 
   def run_table(*arguments, extra_flags=()):
     return subprocess.run([
@@ -406,7 +419,7 @@ def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path)
       second.stdout + second.stderr)
   results = json.loads((variant / "uci" / "yacht_hydrodynamics" / "refined_vi" / "seed_0" /
                         "results.json").read_text())
-  assert results["metrics"]["vi_resumed_from_step"] == TINY["vi_steps"]
+  assert results["metrics"]["vi_resumed_from_step"] == tiny["vi_steps"]
   assert results["flags"]["refine_weight_noise"] == "per_batch"
   assert not (variant / "uci" / "yacht_hydrodynamics" / "vi_checkpoints").exists()
   # One line per finished run: a running count and the run's headline metrics.

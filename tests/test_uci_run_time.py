@@ -8,20 +8,23 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(
-    os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", "data")), "uci")
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="the offline UCI copy is not here")
 
 
-def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
+@pytest.fixture(name="uci_flags")
+def _uci_flags(data_dir_for):
+  """The UCI binary's tiny settings on yacht, as --uci_flags takes them."""
+  return ",".join([f"--data_dir={data_dir_for('yacht_hydrodynamics')}", "--hidden_units=8",
+                   "--vi_steps=200", "--num_samples=2", "--num_auxiliary=2",
+                   "--steps_per_auxiliary=20", "--elbo_num_samples=1",
+                   "--steps_per_checkpoint=50"])
+
+
+def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path, uci_flags):
   """One round at tiny scale. The default (XLA) with and without the cache computes the same
   numbers (catches a cache that hands a run another computation), and so does a refinement
   prepared beside VI and one traced when it starts; every part of the wall time is positive
   (catches refinement's stage estimates counted twice, which the rest pays for), and so is each
   loop's set-up, a part of its loop's time, or a prepared refinement's time beside VI."""
-  uci_flags = ",".join([f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
-                        "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=20",
-                        "--elbo_num_samples=1", "--steps_per_checkpoint=50"])
   completed = subprocess.run(
       [sys.executable, "-m", "benchmarks.uci_run_time", "--rounds=1",
        "--dataset=yacht_hydrodynamics", f"--output_dir={tmp_path}", f"--uci_flags={uci_flags}"],
@@ -56,12 +59,10 @@ def test_every_variant_runs_the_binary_and_its_parts_add_up(tmp_path):
   assert "| xla_cached |" in (tmp_path / "speed.md").read_text()
 
 
-def test_a_subset_of_variants_runs_only_those_and_an_unknown_one_is_refused(tmp_path):
+def test_a_subset_of_variants_runs_only_those_and_an_unknown_one_is_refused(tmp_path,
+                                                                           uci_flags):
   """Catches --variants ignored (every variant run: minutes instead of one run), a mistyped
   variant silently dropped, or a repeated one timed on the first's finished output."""
-  uci_flags = ",".join([f"--data_dir={DATA}", "--hidden_units=8", "--vi_steps=200",
-                        "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=20",
-                        "--elbo_num_samples=1", "--steps_per_checkpoint=50"])
   command = [sys.executable, "-m", "benchmarks.uci_run_time", "--rounds=1",
              "--dataset=yacht_hydrodynamics", f"--uci_flags={uci_flags}"]
   for variants in ("default,defualt", "uncompiled,uncompiled"):   # a repeat reran nothing

@@ -14,18 +14,11 @@ p(w | D, a_1), draw w ~ q_1(w).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import numpy as np
-import tensorflow as tf
-import tf_keras
 
-from auxiliary_sampling.elbo_estimate import estimate_elbo
-from auxiliary_sampling.layers import GaussianSample
-from auxiliary_sampling.parameters import inverse_softplus
-from auxiliary_sampling.refine import refine
-from auxiliary_sampling.schedule import AuxiliarySchedule
-from methods.trainers.vi import train_mean_field
 from runner import cli
 from common.config import Config, setting
 from common.results import save_figure, write_results
@@ -62,7 +55,9 @@ def log_likelihood(weight, config: ToyConfig):
 
 
 def _cos(value):
-  return tf.cos(value) if isinstance(value, tf.Tensor) else np.cos(value)
+  # A tensor exists only once TensorFlow has loaded: the module does not load it for numpy input.
+  tf = sys.modules.get("tensorflow")
+  return tf.cos(value) if tf is not None and isinstance(value, tf.Tensor) else np.cos(value)
 
 
 def true_posterior(config: ToyConfig, grid: np.ndarray) -> tuple[np.ndarray, float]:
@@ -90,6 +85,9 @@ def mode_basins(grid: np.ndarray, density: np.ndarray) -> list[tuple[float, floa
 
 
 def _model(num_members=None):
+  import tf_keras
+  from auxiliary_sampling.layers import GaussianSample
+  from auxiliary_sampling.parameters import inverse_softplus
   # Untransformed scale softplus^-1(1): VI starts from the prior N(0, 1).
   return tf_keras.Sequential([GaussianSample([1], num_members=num_members, prior_scale=1.0,
                                              trainable_prior_scale=False,
@@ -102,6 +100,11 @@ def train_and_evaluate(config: ToyConfig, output_dir: str | None = None) -> dict
   With `output_dir`, also writes results.json and figure.png there.
   """
   config.validate()
+  # TensorFlow loads here, after the flags have been checked.
+  from auxiliary_sampling.elbo_estimate import estimate_elbo
+  from auxiliary_sampling.refine import refine
+  from auxiliary_sampling.schedule import AuxiliarySchedule
+  from methods.trainers.vi import train_mean_field
   seed_everything(config.seed)
   started = time.perf_counter()
   # The whole likelihood is one "example"; each batch row draws its own w.
