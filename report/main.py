@@ -35,15 +35,17 @@ from {num_runs} results.json files under `{results_dir}` (folders named `ablatio
 are not counted; Table 3 also shows the ablation folders it names); regenerate rather than edit.
 
 **Reading the tables.** Each cell holds ours, the mean ± standard deviation over seeds, and below
-it, in parentheses, the paper's mean ± std and our distance from it in the paper's standard
-deviations, (ours − paper) / paper std, in **bold** beyond {beyond:g}σ (none where the paper's
-std is 0). MLL is the test marginal log-likelihood per point and Acc the test accuracy (higher is
+it, in parentheses, the paper's mean ± std{distance}. MLL is the test marginal log-likelihood per point and Acc the test accuracy (higher is
 better); ELBO is the VI model's bound and ELBO_aux the refined samples' bound on the whole training
 set, in nats. "VI (equal compute)" is VI trained on for the refinement's budget; the paper has no
 such column.
 
 Contents: Figures 2–4, Tables 1–3, Figure 5, where we differ and why, the data.
 """
+# What the cells give beside the paper's value (none for smoke runs).
+DISTANCE = """ and our distance from it in the paper's standard
+deviations, (ours − paper) / paper std, in **bold** beyond {beyond:g}σ (none where the paper's
+std is 0)"""
 # Said first in a report of smoke runs (`--smoke`), whose tables give no distance from the paper.
 SMOKE_NOTE = """**Smoke runs.** Every run here was made by `./run_all.sh --scale=smoke` at tiny
 settings (a few hundred steps on a few hundred examples): they show that every binary and method
@@ -135,8 +137,8 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       files[table.spec.latex_name] = table.latex
       latex_names.append(table.spec.latex_name)
   present = {table.spec.number for table in tables}
-  intro = INTRO.format(num_runs=num_runs, results_dir=results_dir,
-                       beyond=paper_comparison.BEYOND_SIGMA)
+  distance = "" if smoke else DISTANCE.format(beyond=paper_comparison.BEYOND_SIGMA)
+  intro = INTRO.format(num_runs=num_runs, results_dir=results_dir, distance=distance)
   if smoke:
     title, _, rest = intro.partition("\n\n")
     intro = f"{title}\n\n{SMOKE_NOTE}\n{rest}"

@@ -355,9 +355,10 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
         f"{heading}: {', '.join(part.configuration)} (`{part.folder}`).", "",
         "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
         *["| " + " | ".join(cells) + " |" for cells in part.rows], "",
-        f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", "",
-        "What it shows: " + (part.spec.finding or "not written up yet; its checks are under "
-                             "\"Where we differ and why\"."), ""]
+        f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", ""]
+    if not smoke:   # the finding was written about the committed runs, not smoke runs
+      markdown += ["What it shows: " + (part.spec.finding or "not written up yet; its checks are "
+                                        "under \"Where we differ and why\"."), ""]
     latex_rows.append([f"{part.number}. {part.spec.label}"] + [""] * (len(header) - 1))
     latex_rows += part.rows
   shown = set().union(*(set(part.table["dataset"]) for part in groups if part.table is not None))

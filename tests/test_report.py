@@ -99,6 +99,7 @@ def test_a_report_of_smoke_runs_says_so_and_measures_nothing_against_the_paper(r
   text = (tmp_path / "report" / "REPORT.md").read_text()
   assert text.split("\n\n")[1].startswith("**Smoke runs.**")
   assert "σ)" not in text and "Beyond 2 paper σ" not in text
+  assert "distance from it in the paper's standard" not in text
   assert "−2.400 ± 0.141<br>(paper −2.851 ± 0.185)" in text
   assert text.count("Not set against the paper: these are smoke runs") == 2   # Tables 1 and 2
   assert "ELBO_aux ≥ ELBO in 2 of 2 refined VI runs." in text
