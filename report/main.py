@@ -35,7 +35,8 @@ from {num_runs} results.json files under `{results_dir}` (folders named `ablatio
 are not counted; Table 3 also shows the ablation folders it names); regenerate rather than edit.
 
 **Reading the tables.** Each cell holds ours, the mean ± standard deviation over seeds, and below
-it, in parentheses, the paper's mean ± std{distance}. MLL is the test marginal log-likelihood per point and Acc the test accuracy (higher is
+it, in parentheses, the paper's mean ± std{distance}. MLL is the test marginal \
+log-likelihood per point and Acc the test accuracy (higher is
 better); ELBO is the VI model's bound and ELBO_aux the refined samples' bound on the whole training
 set, in nats. "VI (equal compute)" is VI trained on for the refinement's budget; the paper has no
 such column.

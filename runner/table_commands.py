@@ -138,7 +138,8 @@ def table_commands(table: Table) -> tuple[list[str], list[str]]:
                  f"settings, {description}, e.g. {folders[0]}: their commands stop there unless "
                  "the flags after -- include --replace_mismatched")
   settings_text = " ".join(table.extra_flags) or "the binary's defaults"
-  lines.append(f"# {table.benchmark} table ({table.output_root}): {_count(total_runs, 'run')}, "
+  where = table.output_root + (f", variant {table.variant}" if table.variant else "")
+  lines.append(f"# {table.benchmark} table ({where}): {_count(total_runs, 'run')}, "
                f"{total_made} made with these settings, {total_runs - total_made} to run in "
                f"{_count(len(commands), 'job')}; settings beyond dataset, method, seed and "
                f"folders: {settings_text}")
