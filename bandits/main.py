@@ -66,5 +66,8 @@ def train_and_evaluate(config: BanditConfig, output_dir: str) -> dict:
   return metrics
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = BanditConfig
+
 if __name__ == "__main__":
-  cli.main(BanditConfig, train_and_evaluate, printed_metrics=("cumulative_regret",))
+  cli.main(CONFIG_CLASS, train_and_evaluate, printed_metrics=("cumulative_regret",))

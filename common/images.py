@@ -185,6 +185,20 @@ def _cifar_folder(data_dir: Optional[str]) -> Optional[tuple[str, str]]:
   return None
 
 
+def local_cifar10_folder(data_dir: Optional[str] = None,
+                         cache_dir: Optional[str] = None) -> Optional[str]:
+  """Where a CIFAR-10 copy already on this machine is (a batches folder under `data_dir`, default
+  $REFINED_VI_DATA_DIR, or in the download cache, or the cached archive), or None: whether the
+  paper's Table 3 runs without a download (`run_all.sh --scale=paper` asks)."""
+  cache = os.path.join(cache_dir or download.DEFAULT_CACHE_DIR, "cifar10")
+  for root in (data_dir or default_data_dir(), cache):
+    found = _cifar_folder(root)
+    if found is not None:
+      return found[0]
+  archive = os.path.join(cache, "cifar-10-binary.tar.gz")
+  return archive if os.path.exists(archive) else None
+
+
 def _load_cifar10(data_dir, cache_dir, download_allowed):
   found = _cifar_folder(data_dir)
   if found is None:

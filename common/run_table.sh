@@ -5,7 +5,7 @@
 # script exit 1 after the others have finished, with a list of what failed.
 #   common/run_table.sh --benchmark=uci|image|resnet --datasets="..." [--output_root=results]
 #                       [--seeds="0 1 2 3 4"] [--methods="..."] [--jobs=2] [--vi_checkpoint_root=ROOT]
-#                       [--variant=NAME] [-- extra <benchmark>.main flags]
+#                       [--variant=NAME] [--print_commands] [-- extra <benchmark>.main flags]
 # (uci/, image/ and resnet/run_table.sh call it with their datasets; --variant puts the runs under
 # <root>/<benchmark>/<dataset>/<variant>/, as ResNet-20's four architectures are.) Per dataset and seed, vi,
 # refined_vi and vi_equal_compute run one after another in one job and share one VI checkpoint
@@ -15,6 +15,12 @@
 # With --jobs=N, N jobs run at once, one thread each.
 # --vi_checkpoint_root reads (and writes) the VI checkpoints under ROOT instead of --output_root: a variant
 # of refinement (extra flags) then starts from the very VI models of an existing table.
+# --print_commands runs nothing: it prints one self-contained shell command per job with a run not yet
+# made with these settings (as the binaries decide it, from the flags results.json records;
+# `python -m runner.made`), and on stderr ("#" lines) how many runs are made and to run. A job's
+# methods run in order inside its one command, so the lines need no ordering: hand them to any
+# scheduler, e.g. `... --print_commands | xargs -P 8 -d '\n' -n 1 bash -c`, GNU parallel, or a Slurm
+# array (docs/scaling.md). With --jobs above 1 each command is pinned to one thread, as here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 output_root=results
@@ -25,6 +31,7 @@ methods="vi refined_vi vi_equal_compute deep_ensemble mnf"
 jobs=1
 vi_checkpoint_root=""
 variant=""
+print_commands=false
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -36,8 +43,10 @@ while [[ $# -gt 0 ]]; do
     --jobs=*) jobs="${1#*=}" ;;
     --vi_checkpoint_root=*) vi_checkpoint_root="${1#*=}" ;;
     --variant=*) variant="${1#*=}" ;;
+    --print_commands) print_commands=true ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, --vi_checkpoint_root, --variant, -- FLAGS" >&2
+    *) echo "error: unknown argument '$1'; allowed: --benchmark, --output_root, --seeds, --datasets, --methods, --jobs, --vi_checkpoint_root, --variant, --print_commands, -- FLAGS" >&2
        exit 2 ;;
   esac
   shift
@@ -47,13 +56,18 @@ done
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "error: --jobs=$jobs must be a positive integer" >&2; exit 2; }
 vi_checkpoint_root="${vi_checkpoint_root:-$output_root}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+if $print_commands; then
+  exec python -m runner.table_commands --benchmark="$benchmark" --datasets="$datasets" \
+    --methods="$methods" --seeds="$seeds" --output_root="$output_root" \
+    --vi_checkpoint_root="$vi_checkpoint_root" --variant="$variant" --jobs="$jobs" -- "${extra[@]}"
+fi
 if [[ "$jobs" -gt 1 ]]; then
   export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 fi
 
 failures=$(mktemp)
 finished=$(mktemp)   # one line per finished run, for the running count
-run_one() {  # dataset method seed
+run_one() {  # dataset method seed (runner/table_commands.py prints this same command)
   local group="$1${variant:+/$variant}"
   local dir="$output_root/$benchmark/$group/$2/seed_$3"
   local status headline count

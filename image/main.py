@@ -39,6 +39,9 @@ def train_and_evaluate(config: ImageConfig, output_dir: str) -> dict:
   return train_and_evaluate_images(config, lenet5_networks, output_dir, "image", "LeNet-5")
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = ImageConfig
+
 if __name__ == "__main__":
-  cli.main(ImageConfig, train_and_evaluate,
+  cli.main(CONFIG_CLASS, train_and_evaluate,
            printed_metrics=("test_mll", "test_accuracy", "elbo", "elbo_aux"))

@@ -14,6 +14,7 @@ shows; its checks are made per group. The others read every counted run of their
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from types import ModuleType
@@ -24,6 +25,9 @@ import pandas as pd
 from report import results_loader, table_checks, tables
 
 BEYOND_SIGMA = 2.0   # a cell this many paper std from the paper's mean is listed under differences
+# What "Where we differ and why" says of a table of smoke runs, instead of their distances from the
+# paper (`./run_all.sh --scale=smoke`: tiny settings, which check that the code runs).
+SMOKE_DIFFERENCES = "  - Not set against the paper: these are smoke runs at tiny settings."
 REPOSITORY = results_loader.REPOSITORY
 
 
@@ -102,15 +106,18 @@ def sigma_text(sigma: Optional[float]) -> str:
   return f"**{text}**" if beyond else text
 
 
-def sigma_cell(row: pd.Series, metric: str, paper_stem: Optional[str]) -> str:
-  """A paper-layout cell: ours, then (paper mean ± std, our distance from it in paper σ)."""
+def sigma_cell(row: pd.Series, metric: str, paper_stem: Optional[str],
+               with_sigma: bool = True) -> str:
+  """A paper-layout cell: ours, then (paper mean ± std, our distance from it in paper σ unless
+  not `with_sigma`)."""
   ours = mean_std_text(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), metric)
   paper_mean = row.get(f"paper_{paper_stem}_mean") if paper_stem else None
   if tables.missing(paper_mean):
     return ours
   paper_std = row.get(f"paper_{paper_stem}_std")
   paper = mean_std_text(paper_mean, paper_std, metric, paper=True)
-  sigma = sigma_text(table_checks.paper_sigma(row.get(f"{metric}_mean"), paper_mean, paper_std))
+  sigma = sigma_text(table_checks.paper_sigma(row.get(f"{metric}_mean"), paper_mean, paper_std)
+                     ) if with_sigma else ""
   return f"{ours}<br>(paper {paper}{', ' + sigma if sigma else ''})"
 
 
@@ -150,15 +157,17 @@ def _metric_name(method: str, metric: str) -> str:
 
 
 def differences(module: ModuleType, runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
-                datasets: list[str]) -> list[str]:
+                datasets: list[str], smoke: bool = False) -> list[str]:
   """The table's Markdown bullets for "Where we differ and why", computed from the runs.
 
   Cells beyond BEYOND_SIGMA are listed per dataset in `datasets` order, in the table's column
-  order.
+  order (none for `smoke` runs).
   """
   spec = module.PAPER_TABLE
   lines = [f"- **Table {spec.number}** ({spec.title}):"]
   lines += refined_checks(runs, table, module.HIGHER_IS_BETTER)
+  if smoke:
+    return lines + [SMOKE_DIFFERENCES]
   return lines + paper_differences(module, table, output_dir, datasets)
 
 
@@ -234,21 +243,29 @@ def paper_rows(module: ModuleType, paper_dir: Optional[str] = None) -> list[str]
   return list(dict.fromkeys(paper["dataset"]))
 
 
+def _caption(spec: PaperTable, smoke: bool, groups: str = "") -> str:
+  """The LaTeX table's caption: what its cells hold."""
+  return (f"Table {spec.number}: {spec.title}{groups}. Ours (mean ± std over seeds), below it the "
+          "paper's mean ± std" + (" (smoke runs at tiny settings: not comparable)." if smoke else
+                                  " and our distance from it in the paper's std."))
+
+
 def table_report(module: ModuleType, results_dir: str, output_dir: str,
-                 paper_dir: Optional[str] = None) -> Optional[TableReport]:
+                 paper_dir: Optional[str] = None, smoke: bool = False) -> Optional[TableReport]:
   """The report parts of the table a benchmark's table module declares (`module.PAPER_TABLE`), or
   None when `results_dir` has no run of its benchmark (of its evidence folders, if it names
-  them)."""
+  them). `smoke` runs get no distances from the paper."""
   spec = module.PAPER_TABLE
   if spec.evidence:
-    return grouped_table_report(module, results_dir, output_dir, paper_dir)
+    return grouped_table_report(module, results_dir, output_dir, paper_dir, smoke)
   if not results_loader.load_runs(results_dir, spec.benchmark):
     return None
   runs = module.load_runs(results_dir)
   table = module.summary(runs, paper_dir)
   order = paper_rows(module, paper_dir)
   datasets = order + sorted(set(table["dataset"]) - set(order))
-  header, rows = tables.layout_rows(table, module.COLUMNS, datasets, sigma_cell)
+  header, rows = tables.layout_rows(table, module.COLUMNS, datasets,
+                                    functools.partial(sigma_cell, with_sigma=not smoke))
   seconds, num_runs = table_checks.machine_time(runs)
   missing = [d for d in order if d not in set(table["dataset"])]
   markdown = [
@@ -261,11 +278,10 @@ def table_report(module: ModuleType, results_dir: str, output_dir: str,
   ]
   if missing:
     markdown += ["", f"Not run yet: {', '.join(missing)}."]
-  caption = (f"Table {spec.number}: {spec.title}. Ours (mean ± std over seeds), below it the "
-             "paper's mean ± std and our distance from it in the paper's std.")
-  return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, rows, caption),
-                     differences(module, runs, table, output_dir, datasets), seconds / 3600,
-                     num_runs)
+  return TableReport(spec, "\n".join(markdown) + "\n",
+                     to_latex(header, rows, _caption(spec, smoke)),
+                     differences(module, runs, table, output_dir, datasets, smoke),
+                     seconds / 3600, num_runs)
 
 
 def rows_named_by_folder(runs: pd.DataFrame, folder: str) -> pd.DataFrame:
@@ -293,7 +309,8 @@ class _Group:
 
 
 def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
-                         paper_dir: Optional[str] = None) -> Optional[TableReport]:
+                         paper_dir: Optional[str] = None,
+                         smoke: bool = False) -> Optional[TableReport]:
   """A table of row groups, one per evidence folder the spec names, in its order; None when no
   folder has a run.
 
@@ -319,7 +336,8 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
       runs = rows_named_by_folder(runs, part.folder)
     part.runs, part.table = runs, module.summary(runs, paper_dir)
     datasets = order + sorted(set(part.table["dataset"]) - set(order))
-    header, part.rows = tables.layout_rows(part.table, module.COLUMNS, datasets, sigma_cell)
+    header, part.rows = tables.layout_rows(part.table, module.COLUMNS, datasets,
+                                           functools.partial(sigma_cell, with_sigma=not smoke))
     part.configuration = module.configuration(runs)
 
   markdown = [f"## Table {spec.number}: {spec.title}", "", spec.description, ""]
@@ -337,9 +355,10 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
         f"{heading}: {', '.join(part.configuration)} (`{part.folder}`).", "",
         "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
         *["| " + " | ".join(cells) + " |" for cells in part.rows], "",
-        f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", "",
-        "What it shows: " + (part.spec.finding or "not written up yet; its checks are under "
-                             "\"Where we differ and why\"."), ""]
+        f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", ""]
+    if not smoke:   # the finding was written about the committed runs, not smoke runs
+      markdown += ["What it shows: " + (part.spec.finding or "not written up yet; its checks are "
+                                        "under \"Where we differ and why\"."), ""]
     latex_rows.append([f"{part.number}. {part.spec.label}"] + [""] * (len(header) - 1))
     latex_rows += part.rows
   shown = set().union(*(set(part.table["dataset"]) for part in groups if part.table is not None))
@@ -350,18 +369,16 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
       "counts once).")
   if missing:
     markdown += ["", f"Not run yet: {', '.join(missing)}."]
-  caption = (f"Table {spec.number}: {spec.title}, a row group per configuration. Ours (mean ± "
-             "std over seeds), below it the paper's mean ± std and our distance from it in the "
-             "paper's std.")
+  caption = _caption(spec, smoke, ", a row group per configuration")
   return TableReport(spec, "\n".join(markdown) + "\n", to_latex(header, latex_rows, caption),
-                     grouped_differences(module, groups, output_dir, order), total_seconds / 3600,
-                     total_runs)
+                     grouped_differences(module, groups, output_dir, order, smoke),
+                     total_seconds / 3600, total_runs)
 
 
 def grouped_differences(module: ModuleType, groups: list[_Group], output_dir: str,
-                        order: list[str]) -> list[str]:
+                        order: list[str], smoke: bool = False) -> list[str]:
   """"Where we differ and why" for a table of row groups: the checks per group, saying which,
-  then the paper σ differences over every group's rows."""
+  then the paper σ differences over every group's rows (none for `smoke` runs)."""
   spec = module.PAPER_TABLE
   lines = [f"- **Table {spec.number}** ({spec.title}):"]
   for part in groups:
@@ -373,6 +390,8 @@ def grouped_differences(module: ModuleType, groups: list[_Group], output_dir: st
     lines.append(f"  - {name}; {', '.join(part.configuration[:2])}):"
                  + ("" if checks else " no refined VI run to check."))
     lines += checks
+  if smoke:
+    return lines + [SMOKE_DIFFERENCES]
   frames = [part.table for part in groups if part.table is not None]
   table = pd.concat(frames, ignore_index=True)
   datasets = order + sorted(set(table["dataset"]) - set(order))

@@ -20,6 +20,9 @@ from common.results import atomic_output
 
 # Each method's title in tables, as its module declares it (`methods.registry`).
 METHOD_TITLES = {name: registry.method(name).title for name in registry.names()}
+# What a table of smoke runs says of itself (`--smoke`; `./run_all.sh --scale=smoke`).
+SMOKE_NOTE = ("**Smoke runs** (`./run_all.sh --scale=smoke`, tiny settings): they show that the "
+              "code runs, not the paper's claims; not set against the paper.")
 METRIC_TITLES = {
     "test_mll": "MLL",
     "test_accuracy": "Acc",
@@ -151,11 +154,14 @@ def write_text(path: str, text: str) -> None:
 
 def write_tables(runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
                  title_lines: Sequence[str], columns: Sequence[Column], check_text: str,
-                 datasets: Optional[Sequence[str]] = None) -> None:
+                 datasets: Optional[Sequence[str]] = None, smoke: bool = False) -> None:
   """Writes table.csv, table.md and checks.md in `output_dir`.
 
-  table.md holds the title, the paper layout, the run count and the commits.
+  table.md holds the title (then SMOKE_NOTE for `smoke` runs), the paper layout, the run count
+  and the commits.
   """
+  if smoke:
+    title_lines = [*title_lines, "", SMOKE_NOTE]
   commits = sorted(str(c) for c in runs["git_commit"].unique())
   with atomic_output(os.path.join(output_dir, "table.csv")) as path:
     table.to_csv(path, index=False)
@@ -165,10 +171,11 @@ def write_tables(runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
   write_text(os.path.join(output_dir, "checks.md"), check_text)
 
 
-def main(write_tables_fn: Callable[[str, str], dict], benchmark: str) -> None:
-  """The `__main__` of a benchmark's table binary.
+def main(write_tables_fn: Callable[..., dict], benchmark: str) -> None:
+  """The `__main__` of a benchmark's table binary: `write_tables_fn(results_dir, output_dir,
+  smoke)`.
 
-  Its flags: --results_dir and --output_dir, both results/<benchmark> by default.
+  Its flags: --results_dir and --output_dir, both results/<benchmark> by default, and --smoke.
   """
   from absl import flags
 
@@ -177,8 +184,10 @@ def main(write_tables_fn: Callable[[str, str], dict], benchmark: str) -> None:
                       "Where the runs' results.json files are.")
   flags.DEFINE_string("output_dir", f"results/{benchmark}",
                       "Where table.md, table.csv and checks.md go.")
+  flags.DEFINE_bool("smoke", False, "The runs are smoke runs (./run_all.sh --scale=smoke): say so, "
+                    "and give no distance from the paper.")
 
   def run_main(argv):
     del argv
-    write_tables_fn(flags.FLAGS.results_dir, flags.FLAGS.output_dir)
+    write_tables_fn(flags.FLAGS.results_dir, flags.FLAGS.output_dir, flags.FLAGS.smoke)
   cli.run(run_main)

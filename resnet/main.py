@@ -35,6 +35,9 @@ def train_and_evaluate(config: ResNetConfig, output_dir: str) -> dict:
                                    f"{' + batch norm' if config.batchnorm else ''}")
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = ResNetConfig
+
 if __name__ == "__main__":
-  cli.main(ResNetConfig, train_and_evaluate,
+  cli.main(CONFIG_CLASS, train_and_evaluate,
            printed_metrics=("test_mll", "test_accuracy", "elbo", "elbo_aux"))

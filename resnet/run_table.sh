@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The ResNet-20 table (paper Table 3): 4 variants x methods x seeds through common/run_table.sh.
 #   resnet/run_table.sh [--variants="hybrid hybrid_bn full full_bn"] [--output_root=results]
-#                       [--seeds="0 1 2"] [--datasets=cifar10] [--methods="..."] [--jobs=1]
+#                       [--seeds="0 1 2"] [--datasets=cifar10] [--methods="..."] [--jobs=1] [--print_commands]
 #                       [-- extra resnet.main flags]
 # Runs go to <root>/resnet/<dataset>/<variant>/<method>/seed_<s>. The deep ensemble has no
 # variational layers, so it runs once per batch-norm setting, under hybrid and hybrid_bn (the

@@ -248,20 +248,34 @@ def remove_stale_temporaries(output_dir: str) -> list[str]:
   return stale
 
 
+def recorded_differences(config: Config, output_dir: str) -> Optional[tuple[list[str], dict]]:
+  """None if `output_dir` holds no results.json; else (the names of the settings whose value
+  there differs from `config`'s, empty for a run made with these settings; the recorded flags).
+
+  The one decision of "already made with these settings": the binaries' reruns
+  (`finished_run_matches`) and `runner.made` both ask it.
+  """
+  path = os.path.join(output_dir, RESULTS_FILENAME)
+  if not os.path.exists(path):
+    return None
+  with open(path) as handle:
+    recorded = json.load(handle).get("flags", {})
+  return config.differences(recorded), recorded
+
+
 def finished_run_matches(config: Config, output_dir: str) -> bool:
   """Whether `output_dir` already holds results.json of a run with these settings.
 
   Raises UsageError naming the differing flags if it holds one with other
   settings, unless `config.replace_mismatched` (then the old file is removed).
   """
-  path = os.path.join(output_dir, RESULTS_FILENAME)
-  if not os.path.exists(path):
+  found = recorded_differences(config, output_dir)
+  if found is None:
     return False
-  with open(path) as handle:
-    recorded = json.load(handle).get("flags", {})
-  differing = config.differences(recorded)
+  differing, recorded = found
   if not differing:
     return True
+  path = os.path.join(output_dir, RESULTS_FILENAME)
   if config.replace_mismatched:
     os.remove(path)
     return False
@@ -271,7 +285,7 @@ def finished_run_matches(config: Config, output_dir: str) -> bool:
 
 
 @contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
+def stderr_silenced() -> Iterator[None]:
   """Sends file descriptor 2 to /dev/null.
 
   C++ logging before absl::InitializeLog ignores levels.
@@ -301,7 +315,7 @@ def quiet_tensorflow_startup(show_logging: bool = False, intra_op_threads: int =
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   if xla_cache_dir is not None:
     use_xla_cache(xla_cache_dir)
-  with contextlib.nullcontext() if show_logging else _stderr_silenced():
+  with contextlib.nullcontext() if show_logging else stderr_silenced():
     import tensorflow as tf
     split_cpu_for_tests()
     set_thread_count(intra_op_threads)

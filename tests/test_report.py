@@ -91,6 +91,30 @@ def test_report_lays_out_tables_with_sigma_differences_seeds_and_machine_time(re
                                         "uci.csv"]
 
 
+def test_a_report_of_smoke_runs_says_so_and_measures_nothing_against_the_paper(results, tmp_path):
+  """Catches: smoke runs' tiny-setting numbers printed as bold distances from the paper."""
+  completed = _run(f"--results_dir={results}", f"--output_dir={tmp_path / 'report'}",
+                   "--format=latex", "--smoke")
+  assert completed.returncode == 0, completed.stderr
+  text = (tmp_path / "report" / "REPORT.md").read_text()
+  assert text.split("\n\n")[1].startswith("**Smoke runs.**")
+  assert "σ)" not in text and "Beyond 2 paper σ" not in text
+  assert "distance from it in the paper's standard" not in text
+  assert "−2.400 ± 0.141<br>(paper −2.851 ± 0.185)" in text
+  assert text.count("Not set against the paper: these are smoke runs") == 2   # Tables 1 and 2
+  assert "ELBO_aux ≥ ELBO in 2 of 2 refined VI runs." in text
+  latex = (tmp_path / "report" / "table1_uci.tex").read_text()
+  assert "$\\sigma$" not in latex and "smoke runs" in latex
+  # The benchmark's own table binary says it too.
+  table = subprocess.run([sys.executable, "-m", "report.uci_table",
+                          f"--results_dir={results / 'uci'}", f"--output_dir={tmp_path / 'uci'}",
+                          "--smoke"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert table.returncode == 0, table.stderr
+  checks = (tmp_path / "uci" / "checks.md").read_text()
+  assert "**Smoke runs**" in checks and "paper std" not in checks
+  assert "**Smoke runs**" in (tmp_path / "uci" / "table.md").read_text()
+
+
 def test_report_links_only_figures_that_exist_relative_to_the_report(results, tmp_path):
   output = tmp_path / "report"
   text = open(report.write_report(str(results), str(output))).read()

@@ -213,5 +213,8 @@ def _figures(refined: dict, nuts: dict, kl: dict, exact_kl: list, kl_auxiliary: 
   plt.close(figure)
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = EightSchoolsConfig
+
 if __name__ == "__main__":
-  cli.main(EightSchoolsConfig, train_and_evaluate, printed_metrics=("elbo_aux_by_k", "kl_by_k"))
+  cli.main(CONFIG_CLASS, train_and_evaluate, printed_metrics=("elbo_aux_by_k", "kl_by_k"))

@@ -203,5 +203,8 @@ def _figure(data, metrics):
   return figure
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = ToyConfig
+
 if __name__ == "__main__":
-  cli.main(ToyConfig, train_and_evaluate, printed_metrics=("elbo", "elbo_aux", "modes_visited"))
+  cli.main(CONFIG_CLASS, train_and_evaluate, printed_metrics=("elbo", "elbo_aux", "modes_visited"))

@@ -74,6 +74,9 @@ def train_and_evaluate(config: UciConfig, output_dir: str) -> dict:
   return metrics
 
 
+# The settings whose fields are this binary's flags (`runner.made` reads a command with them).
+CONFIG_CLASS = UciConfig
+
 if __name__ == "__main__":
-  cli.main(UciConfig, train_and_evaluate,
+  cli.main(CONFIG_CLASS, train_and_evaluate,
            printed_metrics=("test_mll", "test_rmse", "elbo", "elbo_aux"))
