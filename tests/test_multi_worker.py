@@ -17,16 +17,18 @@ import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
 TIMEOUT_SECONDS = 420
-UCI_TINY = ["--dataset=boston_housing", f"--data_dir={DATA}", "--nodownload", "--hidden_units=8",
+UCI_TINY = ["--dataset=boston_housing", "--nodownload", "--hidden_units=8",
             "--steps_per_checkpoint=100", "--num_samples=3", "--num_auxiliary=2",
             "--steps_per_auxiliary=10", "--elbo_num_samples=2", "--mnf_steps=6",
             "--ensemble_steps=20", "--ensemble_members=2"]
 
-needs_boston = pytest.mark.skipif(
-    not os.path.isdir(os.path.join(DATA, "uci", "boston_housing")),
-    reason=f"the offline boston_housing data are not in {DATA}")
+
+
+@pytest.fixture
+def boston(data_dir_for) -> str:
+  """The --data_dir flag of the Boston data (or the test skips)."""
+  return f"--data_dir={data_dir_for('boston_housing')}"
 
 
 def _free_ports(count: int) -> list[int]:
@@ -88,9 +90,8 @@ def _check_like_one_device(recorded: dict, reference: dict) -> None:
                                  rtol=1e-5, err_msg=metric)
 
 
-@needs_boston
 @pytest.mark.parametrize("method", ["mnf", "deep_ensemble"])
-def test_two_workers_train_as_one_device(tmp_path, method):
+def test_two_workers_train_as_one_device(tmp_path, boston, method):
   """Two worker processes end to end: one device's metrics (uncompiled on both).
 
   Catches: workers that each train on the whole batch (the likelihood counted twice), a
@@ -98,9 +99,10 @@ def test_two_workers_train_as_one_device(tmp_path, method):
   1 replica), the non-chief worker's scratch checkpoints left behind, and the default
   --jit_compile refused on several replicas instead of running the uncompiled loop.
   """
-  one = _one_device(f"--output_dir={tmp_path / 'one'}", f"--method={method}", "--nojit_compile")
+  one = _one_device(boston,
+                    f"--output_dir={tmp_path / 'one'}", f"--method={method}", "--nojit_compile")
   assert one.returncode == 0, one.stderr[-2000:]
-  workers = _two_workers(f"--output_dir={tmp_path / 'two'}", f"--method={method}")
+  workers = _two_workers(boston, f"--output_dir={tmp_path / 'two'}", f"--method={method}")
   for worker in workers:
     assert worker.returncode == 0, worker.stderr[-2000:]
   assert "uses the uncompiled loop" in workers[0].stderr
@@ -109,21 +111,21 @@ def test_two_workers_train_as_one_device(tmp_path, method):
   assert not scratch, scratch
 
 
-@needs_boston
-def test_refined_vi_resumed_on_two_workers_ends_as_one_uninterrupted_device(tmp_path):
+def test_refined_vi_resumed_on_two_workers_ends_as_one_uninterrupted_device(tmp_path, boston):
   """VI stopped after 100 of 200 steps on the two workers, then refined VI from that checkpoint
   on the two workers, ends where one device's uninterrupted refined VI run ends. Catches: a
   worker that restores nothing (the other worker does not read the chief's checkpoint) or its own
   scratch copy, the Adam state or data stream lost in the save the workers make together, and
   refinement that differs across the workers."""
   checkpoints = f"--vi_checkpoint_dir={tmp_path / 'checkpoints'}"
-  first = _two_workers(f"--output_dir={tmp_path / 'first'}", "--method=vi", "--vi_steps=100",
+  first = _two_workers(boston,
+                       f"--output_dir={tmp_path / 'first'}", "--method=vi", "--vi_steps=100",
                        checkpoints)
   assert all(worker.returncode == 0 for worker in first), first[1].stderr[-2000:]
-  resumed = _two_workers(f"--output_dir={tmp_path / 'resumed'}", "--method=refined_vi",
+  resumed = _two_workers(boston, f"--output_dir={tmp_path / 'resumed'}", "--method=refined_vi",
                          "--vi_steps=200", checkpoints)
   assert all(worker.returncode == 0 for worker in resumed), resumed[1].stderr[-2000:]
-  whole = _one_device(f"--output_dir={tmp_path / 'whole'}", "--method=refined_vi",
+  whole = _one_device(boston, f"--output_dir={tmp_path / 'whole'}", "--method=refined_vi",
                       "--vi_steps=200", "--nojit_compile")
   assert whole.returncode == 0, whole.stderr[-2000:]
   recorded = _results(tmp_path / "resumed")
@@ -131,16 +133,15 @@ def test_refined_vi_resumed_on_two_workers_ends_as_one_uninterrupted_device(tmp_
   _check_like_one_device(recorded, _results(tmp_path / "whole"))
 
 
-@needs_boston
-def test_the_default_compiled_loop_on_two_replicas_runs_uncompiled_and_says_so(tmp_path):
+def test_the_default_compiled_loop_on_two_replicas_runs_uncompiled_and_says_so(tmp_path, boston):
   """UCI compiles its loop by default; `--use_gpu --num_cores=2` with the default flags (here on
   2 logical CPUs) runs the uncompiled loop with one info line, records that, and trains as one
   uncompiled device. Catches the usage error this used to be, and a run recording
   --jit_compile while it ran uncompiled."""
-  one = _one_device(f"--output_dir={tmp_path / 'one'}", "--method=vi", "--nojit_compile")
+  one = _one_device(boston, f"--output_dir={tmp_path / 'one'}", "--method=vi", "--nojit_compile")
   assert one.returncode == 0, one.stderr[-2000:]
   two = subprocess.run(
-      [sys.executable, "-m", "uci.main", *UCI_TINY, f"--output_dir={tmp_path / 'two'}",
+      [sys.executable, "-m", "uci.main", *UCI_TINY, boston, f"--output_dir={tmp_path / 'two'}",
        "--method=vi", "--use_gpu", "--num_cores=2"], cwd=REPO, capture_output=True, text=True,
       timeout=TIMEOUT_SECONDS, env={**_environment(), "REFINED_VI_TEST_CPU_DEVICES": "2"})
   assert two.returncode == 0, two.stderr[-2000:]
