@@ -1,4 +1,4 @@
-"""How `ElboMaximizer` runs its loop: noise drawn inside each step, or ahead of it in chunks for an
+"""How a `TrainingLoop` runs: noise drawn inside each step, or ahead of it in chunks for an
 XLA-compiled step body.
 
 With `noise_chunk_steps=C > 0` every random number a chunk of C steps needs
@@ -11,7 +11,7 @@ transcendentals are slow on CPUs, so the noise must come from outside it
 XLA and the plain chunk see the same numbers and agree to round-off.
 
 Binaries set the settings from their flags for everything built inside
-`loop_settings_scope`; a maximizer reads them when it is built.
+`loop_settings_scope`; a training loop reads them when it is built.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MAX_NOISE_CHUNK_STEPS = 10_000
 class LoopSettings:
   """`jit_compile`: compile each chunk of steps with XLA (needs `noise_chunk_steps` > 0 and one
   replica); `noise_chunk_steps`: steps whose noise is drawn together ahead of them (0: each step
-  draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's maximizers
+  draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's loops
   compile too (each compiles once, for seconds on a CPU: more than a short refinement saves);
   `compile_ensemble`: with `jit_compile`, the deep ensemble's loop compiles too (its members'
   batched products of small networks run slower under XLA on a CPU)."""
@@ -37,11 +37,11 @@ class LoopSettings:
   compile_ensemble: bool = True
 
   def for_refinement(self) -> "LoopSettings":
-    """The settings refinement's maximizer runs under: the same chunks, compiled or not."""
+    """The settings refinement's loop runs under: the same chunks, compiled or not."""
     return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_refinement)
 
   def for_ensemble(self) -> "LoopSettings":
-    """The settings the deep ensemble's maximizer runs under: the same chunks, compiled or not."""
+    """The settings the deep ensemble's loop runs under: the same chunks, compiled or not."""
     return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_ensemble)
 
   def __post_init__(self):

@@ -8,7 +8,7 @@ leading member axis; each member has its own random streams, so the result is
 the same as refining the members one at a time (tested). Under a
 `tf.distribute` strategy (built in its scope) the optimisation is
 data-parallel: every replica holds all M members and a share of each
-minibatch (`ElboMaximizer`), so the members equal one device's.
+minibatch (`TrainingLoop`), so the members equal one device's.
 
 ELBO_aux (paper Eq. 13 with the residual of w kept in q_K):
   ELBO_aux = E_{q_K} log p(y | x, w) - KL(q_K(w) || p(w | a_1..K))
@@ -24,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import MeanFieldLayer
 from auxiliary_sampling.loop_settings import current_loop_settings
@@ -35,7 +36,9 @@ from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise
 
@@ -182,7 +185,7 @@ class Refiner:
                total_members: Optional[int] = None, weight_noise: str = "per_example",
                refit_deterministic: bool = False,
                penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None):
+               input_transform: Optional[InputTransform] = None):
     self.num_samples = check_integer("num_samples", num_samples)
     check_weight_noise(weight_noise)
     self.member_offset = check_integer("member_offset", member_offset, minimum=0)
@@ -205,10 +208,10 @@ class Refiner:
     if penalty_fn is not None:
       def kl_fn():
         return model_kl(self.members) + penalty_fn(self.members)
-    self.maximizer = ElboMaximizer(
-        self.members, self.inputs, self.labels, log_likelihood_fn,
-        variables=refinement_variables(self.members, refit_deterministic), batch_size=batch_size,
-        weight_noise=weight_noise, kl_fn=kl_fn, input_transform=input_transform,
+    self.loop = TrainingLoop(
+        ElboObjective(self.members, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise),
+        GradientUpdate(Adam(refinement_variables(self.members, refit_deterministic))),
+        UniformBatches(self.inputs, self.labels, batch_size), input_transform=input_transform,
         loop_settings=current_loop_settings().for_refinement())
 
   @graph_function
@@ -231,8 +234,8 @@ class Refiner:
     self._condition(tf.constant(0.5, tf.float64), tf.constant(0.5, tf.float64))
     # `run` as `maximize` calls it, without its finiteness check: these members hold no trained
     # model yet, and whatever their ELBO is, it says nothing about the refinement to come.
-    self.maximizer.optimizer.reset()
-    self.maximizer.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
+    self.loop.update.reset()
+    self.loop.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
                        tf.zeros([self.num_samples], tf.float32))
     estimate_elbo_terms(self.members, self.inputs, self.labels, self.log_likelihood_fn,
                         elbo_batch_size, elbo_num_samples)
@@ -263,7 +266,7 @@ class Refiner:
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
     self.auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
-    self.maximizer.reseed(derived_seed(seed, _DATA_STREAM))
+    self.loop.reseed(derived_seed(seed, _DATA_STREAM))
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
                                  elbo_num_samples)
     stage_data = _stage_subset(inputs, labels, stage_elbo_examples)
@@ -297,7 +300,7 @@ class Refiner:
       log_ratios.append(log_ratio)
       if steps_per_auxiliary:
         stage_started = time.perf_counter()
-        traces.append(self.maximizer.maximize(steps_per_auxiliary, learning_rate,
+        traces.append(self.loop.maximize(steps_per_auxiliary, learning_rate,
                                               elbo_offset=cumulative_log_ratio,
                                               reset_optimizer=True))
         optimise_seconds.append(time.perf_counter() - stage_started)
@@ -343,7 +346,7 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            stage_elbo_aux: bool = False, stage_elbo_examples: int = 0,
            refit_deterministic: bool = False,
            penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-           input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
+           input_transform: Optional[InputTransform] = None
            ) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 

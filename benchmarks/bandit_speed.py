@@ -111,7 +111,7 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
         "update_ms_per_adam_step": 1e3 * observe / config.update_steps,
         "projected_hours_for_horizon": horizon * step_seconds / 3600,
         # What the agent's update loop was built with (not the flags asked for).
-        "update_loop_compiled": bool(agents[loop, name].maximizer.loop_settings.jit_compile),
+        "update_loop_compiled": bool(agents[loop, name].loop.loop_settings.jit_compile),
     }
     if name == "refined_ts":
       metrics[loop][name]["refine_ms_per_adam_step"] = 1e3 * choose / config.refine_steps

@@ -11,7 +11,7 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
                    how the training loops run on their device
                    (`auxiliary_sampling.loop_settings`);
                    --xla_cache_dir keeps the compiled loops for later runs.
-`--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
+`--batch_size` stays the global batch; the `TrainingLoop` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
 
 For tests only, REFINED_VI_TEST_CPU_DEVICES=N splits the CPU into N logical

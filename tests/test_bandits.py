@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.training_batches import GroupedBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
@@ -131,11 +134,11 @@ def test_each_member_learns_from_its_own_group_and_only_the_filled_rows():
   inputs[..., -1] = 1.0   # action "eat" throughout
   count = tf.Variable(10, dtype=tf.int64)
   model = _point_model(members)
-  maximizer = ElboMaximizer(model, tf.Variable(inputs), tf.Variable(rewards),
-                            gaussian_head_log_likelihood, model.trainable_variables, batch_size=8,
-                            kl_fn=lambda: tf.zeros([members]), member_batches=members,
-                            grouped_data=True, num_examples=count)
-  maximizer.maximize(1500, 0.01)
+  loop = TrainingLoop(
+      ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
+      GradientUpdate(Adam(model.trainable_variables)),
+      GroupedBatches(tf.Variable(inputs), tf.Variable(rewards), 8, members, num_examples=count))
+  loop.maximize(1500, 0.01)
   predicted = model(tf.constant(inputs[:, :1].repeat(2, axis=0)))[:, 0, 0].numpy()
   np.testing.assert_allclose(predicted, [2.0, 2.0, -3.0, -3.0], atol=0.2)
 
@@ -164,13 +167,13 @@ def test_a_history_written_row_by_row_is_gathered_row_by_row(settings):
     else:
       stored = [tf.constant(inputs), tf.constant(rewards)]
     with loop_settings_scope(settings):
-      maximizer = ElboMaximizer(model, *stored, gaussian_head_log_likelihood,
-                                model.trainable_variables, batch_size=8,
-                                kl_fn=lambda: tf.zeros([members]), member_batches=members,
-                                grouped_data=True, num_examples=tf.Variable(30, dtype=tf.int64))
-    traces.append(maximizer.maximize(10, 0.01))
+      loop = TrainingLoop(
+          ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
+          GradientUpdate(Adam(model.trainable_variables)),
+          GroupedBatches(*stored, 8, members, num_examples=tf.Variable(30, dtype=tf.int64)))
+    traces.append(loop.maximize(10, 0.01))
     indices = tf.zeros([members, 8], tf.int64)
-    graph = tf.function(lambda: maximizer._gather(maximizer.inputs, indices)
+    graph = tf.function(lambda: loop.batch_rows(loop.batches.inputs, indices)
                         ).get_concrete_function().graph
     gather_ops.append({op.type for op in graph.get_operations()})
   np.testing.assert_array_equal(traces[0], traces[1])

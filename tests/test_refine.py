@@ -183,7 +183,7 @@ def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
       np.testing.assert_array_equal(reused.trace, fresh.trace)
       for a, b in zip(reused_weights, fresh.model.trainable_variables):
         np.testing.assert_array_equal(a, b.numpy())
-  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  assert refiner.loop.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
 
 
@@ -214,10 +214,10 @@ def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tra
   np.testing.assert_array_equal(prepared.trace, fresh.trace)
   for a, b in zip(prepared.model.trainable_variables, fresh.model.trainable_variables):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  assert refiner.loop.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
   if loop.jit_compile:
-    assert refiner.maximizer._compiled_chunk.experimental_get_tracing_count() == 1
+    assert refiner.loop.chunk_tracing_count() == 1
 
 
 def test_every_auxiliary_variable_starts_a_fresh_adam():

@@ -13,14 +13,17 @@ from typing import Optional
 
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.model_parameters import model_kl
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from methods.trainers.trainer_options import VI_OPTIMIZERS
 from methods.trainers.learning_rate import LearningRateSchedule
-from methods.trainers.misso import MissoMaximizer
+from methods.trainers.misso import BlockBatches, IncrementalSurrogateOptimizer, SurrogateUpdate
 from methods.trainers.momentum import MomentumSgd
-from methods.trainers.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
+from methods.trainers.training import CheckpointedTraining, Penalty, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
 
@@ -53,19 +56,19 @@ class MeanFieldTrainer(CheckpointedTraining):
         return model_kl(model) + num_examples * penalty(model)
     if optimizer not in VI_OPTIMIZERS:
       raise ValueError(f"optimizer={optimizer!r} is not known; allowed: {', '.join(VI_OPTIMIZERS)}")
-    common = dict(batch_size=batch_size, data_seed=seed, kl_fn=kl_fn,
-                  input_transform=input_transform, weight_noise=weight_noise)
+    objective = ElboObjective(model, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise)
+    variables = model.trainable_variables
     if optimizer == "misso":
-      maximizer = MissoMaximizer(model, inputs, labels, log_likelihood_fn,
-                                 model.trainable_variables, **common)
+      batches = BlockBatches(inputs, labels, batch_size, data_seed=seed)
+      update = SurrogateUpdate(IncrementalSurrogateOptimizer(variables, batches.num_blocks),
+                               batches)
     else:
-      factory = None
-      if optimizer == "momentum":
-        def factory(variables):
-          return MomentumSgd(variables, momentum)
-      maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn,
-                                model.trainable_variables, optimizer_factory=factory, **common)
-    super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
+      batches = UniformBatches(inputs, labels, batch_size)
+      update = GradientUpdate(MomentumSgd(variables, momentum) if optimizer == "momentum"
+                              else Adam(variables))
+    loop = TrainingLoop(objective, update, batches, data_seed=seed,
+                        input_transform=input_transform)
+    super().__init__(loop, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 
 

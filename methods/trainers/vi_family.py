@@ -25,9 +25,10 @@ from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
+from auxiliary_sampling.training_loop import InputTransform
 from methods.trainers.background import BackgroundWork
 from methods.trainers.learning_rate import LearningRateSchedule
-from methods.trainers.training import InputTransform, Penalty
+from methods.trainers.training import Penalty
 from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
