@@ -10,15 +10,12 @@ transcendentals are slow on CPUs, so the noise must come from outside it
 (one counter per chunk instead of one per step), not their distribution; the
 XLA and the plain chunk see the same numbers and agree to round-off.
 
-Binaries set the settings from their flags for everything built inside
-`loop_settings_scope`; a training loop reads them when it is built.
+Binaries build the settings from their flags (`common.distribution.loop_settings_of`) and pass
+them to every trainer, which hands them to its `TrainingLoop`.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from typing import Iterator
 
 MAX_NOISE_CHUNK_STEPS = 10_000
 
@@ -51,21 +48,3 @@ class LoopSettings:
     if self.jit_compile and not self.noise_chunk_steps:
       raise ValueError("jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
                        "noise_chunk_steps > 0 with it")
-
-
-_scoped_settings = contextvars.ContextVar("loop_settings", default=LoopSettings())
-
-
-@contextlib.contextmanager
-def loop_settings_scope(settings: LoopSettings) -> Iterator[None]:
-  """Maximizers built inside the block run their loops with `settings`."""
-  token = _scoped_settings.set(settings)
-  try:
-    yield
-  finally:
-    _scoped_settings.reset(token)
-
-
-def current_loop_settings() -> LoopSettings:
-  """The settings of the innermost `loop_settings_scope` (the defaults outside any)."""
-  return _scoped_settings.get()

@@ -28,7 +28,7 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import MeanFieldLayer
-from auxiliary_sampling.loop_settings import current_loop_settings
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
                                                   num_members_of)
 from auxiliary_sampling.noise import MemberNoise, derived_seed
@@ -185,7 +185,8 @@ class Refiner:
                total_members: Optional[int] = None, weight_noise: str = "per_example",
                refit_deterministic: bool = False,
                penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-               input_transform: Optional[InputTransform] = None):
+               input_transform: Optional[InputTransform] = None,
+               loop_settings: LoopSettings = LoopSettings()):
     self.num_samples = check_integer("num_samples", num_samples)
     check_weight_noise(weight_noise)
     self.member_offset = check_integer("member_offset", member_offset, minimum=0)
@@ -212,7 +213,7 @@ class Refiner:
         ElboObjective(self.members, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise),
         GradientUpdate(Adam(refinement_variables(self.members, refit_deterministic))),
         UniformBatches(self.inputs, self.labels, batch_size), input_transform=input_transform,
-        loop_settings=current_loop_settings().for_refinement())
+        loop_settings=loop_settings.for_refinement())
 
   @graph_function
   def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
@@ -346,8 +347,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            stage_elbo_aux: bool = False, stage_elbo_examples: int = 0,
            refit_deterministic: bool = False,
            penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-           input_transform: Optional[InputTransform] = None
-           ) -> RefinementResult:
+           input_transform: Optional[InputTransform] = None,
+           loop_settings: LoopSettings = LoopSettings()) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -389,13 +390,14 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       on deterministic kernels); not part of the reported ELBOs.
     input_transform: augments every optimisation batch (as VI's training
       did); the ELBO estimates use the data as given.
+    loop_settings: how the optimisation's loop runs (its `for_refinement()`).
   """
   started = time.perf_counter()
   refiner = Refiner(model_fn, inputs, labels, log_likelihood_fn, num_samples=num_samples,
                     batch_size=batch_size, member_offset=member_offset,
                     total_members=total_members, weight_noise=weight_noise,
                     refit_deterministic=refit_deterministic, penalty_fn=penalty_fn,
-                    input_transform=input_transform)
+                    input_transform=input_transform, loop_settings=loop_settings)
   result = refiner.refine(trained_model, schedule=schedule, steps_per_auxiliary=steps_per_auxiliary,
                           learning_rate_rule=learning_rate_rule, learning_rates=learning_rates,
                           seed=seed, elbo_batch_size=elbo_batch_size,

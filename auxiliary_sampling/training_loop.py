@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.batch_shards import batch_shard
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
-from auxiliary_sampling.loop_settings import LoopSettings, current_loop_settings
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import DrawRequest, derived_seed, recorded_draws, supplied_draws
 from auxiliary_sampling.training_batches import BatchSource
 
@@ -47,7 +47,8 @@ class ReplicaBatch(NamedTuple):
 
 
 class Objective(Protocol):
-  """The terms a step maximises, on one replica's examples."""
+  """The terms a step maximises, on one replica's examples. A `tf.Module` if it holds state a
+  step changes (a random stream of its own), so that checkpoints of the loop hold it."""
   model: tf.Module            # its variables are saved by checkpoints
 
   def terms(self, batch: ReplicaBatch) -> tuple[tf.Tensor, tf.Tensor]:
@@ -56,8 +57,9 @@ class Objective(Protocol):
 
 
 class Update(Protocol):
-  """What a step does with an objective: moves the variables and returns what to record. An
-  update whose state needs a first look at the data has `initialise(objective, batch)`, which
+  """What a step does with an objective: moves the variables and returns what to record. A
+  `tf.Module`, so that checkpoints of the loop hold its optimiser's state. An update whose state
+  needs a first look at the data has `initialise(objective, batch)`, which
   `TrainingLoop.initialise` runs."""
   optimizer: tf.Module        # its state, saved by checkpoints
 
@@ -81,13 +83,13 @@ class TrainingLoop(tf.Module):
   Built inside a `tf.distribute` strategy's scope, every step is
   data-parallel: the global batch is split evenly over the replicas (each
   replica's share in `ReplicaBatch`; the update all-reduces what it must).
-  `loop_settings` (default: the enclosing `loop_settings_scope`'s) can draw
-  the noise ahead of chunks of steps and compile each chunk with XLA.
+  `loop_settings` can draw the noise ahead of chunks of steps and compile
+  each chunk with XLA.
   """
 
   def __init__(self, objective: Objective, update: Update, batches: BatchSource, *,
                data_seed: int = 0, input_transform: Optional[InputTransform] = None,
-               loop_settings: Optional[LoopSettings] = None):
+               loop_settings: LoopSettings = LoopSettings()):
     super().__init__(name="training_loop")
     self.objective, self.update, self.batches = objective, update, batches
     self.input_transform = input_transform
@@ -102,7 +104,7 @@ class TrainingLoop(tf.Module):
     # compiled loops.
     self._stream_seeds = tf.Variable([0, 0], dtype=tf.int64, trainable=False)
     self.reseed(data_seed)
-    self.loop_settings = loop_settings or current_loop_settings()
+    self.loop_settings = loop_settings
     if self.loop_settings.jit_compile and num_replicas > 1:
       raise ValueError(f"jit_compile compiles one device's loop, but the strategy has "
                        f"{num_replicas} replicas; allowed: jit_compile=False with several "

@@ -36,7 +36,6 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import current_loop_settings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
@@ -45,10 +44,11 @@ from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
 from bandits.mushroom import EAT, NUM_ACTIONS, NUM_FEATURES, PASS
+from common.distribution import loop_settings_of
 from methods.trainers.deep_ensemble import MemberDense, independent_member_initializer
 from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork, particle_batch_rows,
-                                 particle_loop)
+from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork,
+                                        particle_batch_rows, particle_loop)
 
 # Stream identifiers mixed into the run seed.
 _MODEL_STREAM, _REFINED_STREAM, _AUXILIARY_STREAM, _DATA_STREAM, _EXPLORE_STREAM = range(1, 6)
@@ -176,6 +176,8 @@ class Agent(tf.Module):
     self.shared_history = shared_history
     self.history = History(self.num_seeds if shared_history else self.num_members,
                            config.horizon, num_features)
+    # --jit_compile and --noise_chunk_steps: how every training loop of the agent runs.
+    self.loop_settings = loop_settings_of(config)
     self.loop = self._training_loop(bayesian)
 
   def _training_loop(self, bayesian: bool) -> TrainingLoop:
@@ -187,7 +189,7 @@ class Agent(tf.Module):
         GradientUpdate(Adam(self.model.trainable_variables)),
         GroupedBatches(self.history.inputs, self.history.rewards, self.config.batch_size,
                        self.num_members, num_examples=self.history.count),
-        data_seed=derived_seed(self.run_seed, _DATA_STREAM))
+        data_seed=derived_seed(self.run_seed, _DATA_STREAM), loop_settings=self.loop_settings)
 
   @property
   def line_names(self) -> list[str]:
@@ -262,7 +264,7 @@ class ThompsonAgent(Agent):
         GroupedBatches(self.history.inputs, self.history.rewards, config.batch_size,
                        self.num_samples, num_examples=self.history.count),
         data_seed=derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM),
-        loop_settings=current_loop_settings().for_refinement())
+        loop_settings=self.loop_settings.for_refinement())
 
   def _refine_samples(self) -> None:
     """Refines `num_thompson_samples` samples per seed from the current q (Algorithm 1, K = 1);
@@ -344,7 +346,8 @@ class ParticleThompsonAgent(Agent):
         num_examples=self.history.count, shared_by_group=True)
     return particle_loop(self.model, batches, batch_size=self.config.batch_size,
                          data_seed=derived_seed(self.run_seed, _DATA_STREAM),
-                         function_space=self.function_space, network=network)
+                         function_space=self.function_space, network=network,
+                         loop_settings=self.loop_settings)
 
   @graph_function
   def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

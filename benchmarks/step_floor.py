@@ -175,16 +175,15 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
 def _bandit_update(inputs, labels, seed: int, settings) -> tuple:
   """(reward model, training loop) of a vi_ts agent built by the bandit's code under `settings`,
   its histories holding `inputs` and `labels`: the loop is what every bandit step runs."""
-  from auxiliary_sampling.loop_settings import loop_settings_scope
   from bandits import mushroom
   from bandits.agents import make_agent
   from bandits.config import BanditConfig
   config = BanditConfig(agents=("vi_ts",), seeds=BANDIT_SEEDS, horizon=BANDIT_CAPACITY,
                         batch_size=plain_tf2_loops.BANDIT_BATCH, learning_rate=LEARNING_RATE,
-                        noise_scale=str(BANDIT_NOISE_SCALE))
+                        noise_scale=str(BANDIT_NOISE_SCALE), jit_compile=settings.jit_compile,
+                        noise_chunk_steps=settings.noise_chunk_steps)
   config.validate()
-  with loop_settings_scope(settings):
-    agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES, run_seed=seed)
+  agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES, run_seed=seed)
   rows = inputs.shape[1]
   agent.history.inputs[:, :rows].assign(inputs)
   agent.history.rewards[:, :rows].assign(labels)

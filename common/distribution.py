@@ -146,11 +146,11 @@ def check_compiled_loop(config: Config) -> None:
                      "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
 
 
-def loop_settings_of(config: Config) -> Optional[LoopSettings]:
+def loop_settings_of(config: Config) -> LoopSettings:
   """The training-loop settings of a config that declares --jit_compile and --noise_chunk_steps
-  (None for one that does not)."""
+  (the defaults for one that does not): what a binary passes to its trainers."""
   if not hasattr(config, "noise_chunk_steps"):
-    return None
+    return LoopSettings()
   return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps,
                       compile_refinement=getattr(config, "jit_compile_refinement", True),
                       compile_ensemble=getattr(config, "jit_compile_ensemble", True))

@@ -28,11 +28,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from auxiliary_sampling.loop_settings import loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
-from common.distribution import (DeviceConfig, describe_strategy, loop_settings_of,
-                                 set_thread_count, split_cpu_for_tests, strategy_for,
-                                 use_xla_cache)
+from common.distribution import (DeviceConfig, describe_strategy, set_thread_count,
+                                 split_cpu_for_tests, strategy_for, use_xla_cache)
 from common.results import RESULTS_FILENAME, note_start_commit
 
 __all__ = ["UsageError", "main", "require", "run", "flag_values", "quiet_tensorflow_startup"]
@@ -335,14 +333,12 @@ def _strategy_scope(config: Config) -> Iterator[None]:
 def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
                                    ) -> Callable[..., dict]:
   """A binary's `train_and_evaluate(config, ...)` that runs under the strategy its hardware flags
-  pick (--use_gpu, --tpu, --num_cores) and under its loop settings (--jit_compile,
-  --noise_chunk_steps), whether `main` or a script calls it, so that the hardware and loops its
-  results.json records are the ones it ran on."""
+  pick (--use_gpu, --tpu, --num_cores), whether `main` or a script calls it, so that the hardware
+  its results.json records is the one it ran on. (Its loop settings, --jit_compile and
+  --noise_chunk_steps, reach the trainers as arguments: `common.distribution.loop_settings_of`.)"""
   @functools.wraps(train_and_evaluate)
   def under_settings(config: Config, *args, **kwargs) -> dict:
-    settings = loop_settings_of(config)
-    with _strategy_scope(config), (loop_settings_scope(settings) if settings is not None
-                                   else contextlib.nullcontext()):
+    with _strategy_scope(config):
       return train_and_evaluate(config, *args, **kwargs)
   under_settings.runs_under_device_settings = True
   return under_settings

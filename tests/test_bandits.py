@@ -14,7 +14,7 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.training_batches import GroupedBatches
 from auxiliary_sampling.training_loop import TrainingLoop
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
 from bandits import main as bandit_main
@@ -31,9 +31,10 @@ DATA = os.environ.get("REFINED_VI_DATA_DIR", os.path.join(REPO, "..", "shared", 
 needs_mushrooms = pytest.mark.skipif(
     not os.path.exists(os.path.join(DATA, mushroom.RELATIVE_PATH)),
     reason="the offline mushroom file is not here")
+# Loops that draw inside each step (the agents take their loop settings from the config).
 TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
             epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
-            data_dir=DATA, download=False, jit_compile=False)
+            data_dir=DATA, download=False, jit_compile=False, noise_chunk_steps=0)
 
 
 @pytest.fixture(scope="module")
@@ -166,11 +167,11 @@ def test_a_history_written_row_by_row_is_gathered_row_by_row(settings):
           variable[:, row].assign(values[:, row])
     else:
       stored = [tf.constant(inputs), tf.constant(rewards)]
-    with loop_settings_scope(settings):
-      loop = TrainingLoop(
-          ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
-          GradientUpdate(Adam(model.trainable_variables)),
-          GroupedBatches(*stored, 8, members, num_examples=tf.Variable(30, dtype=tf.int64)))
+    loop = TrainingLoop(
+        ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
+        GradientUpdate(Adam(model.trainable_variables)),
+        GroupedBatches(*stored, 8, members, num_examples=tf.Variable(30, dtype=tf.int64)),
+        loop_settings=settings)
     traces.append(loop.maximize(10, 0.01))
     indices = tf.zeros([members, 8], tf.int64)
     graph = tf.function(lambda: loop.batch_rows(loop.batches.inputs, indices)
@@ -376,8 +377,7 @@ def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
   Also with the binary's default loop (noise drawn ahead in chunks, compiled by XLA)."""
   config = BanditConfig(**{**TINY, "jit_compile": loop.jit_compile,
                            "noise_chunk_steps": loop.noise_chunk_steps})
-  with loop_settings_scope(loop):
-    _kill_and_resume(tmp_path, mushrooms, agent_name, config)
+  _kill_and_resume(tmp_path, mushrooms, agent_name, config)
 
 
 def _kill_and_resume(tmp_path, mushrooms, agent_name, config):

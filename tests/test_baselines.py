@@ -61,7 +61,8 @@ def test_interrupted_training_resumes_to_the_same_state(tmp_path):
   result = resumed.train(120, checkpoint_dir=str(tmp_path / "b"))
   assert result.resumed_from_step == 80 and full.resumed_from_step == 0
   np.testing.assert_allclose(result.trace, full.trace, rtol=1e-5)
-  for a, b in zip(uninterrupted.loop.objective.model.variables, resumed.loop.objective.model.variables):
+  for a, b in zip(uninterrupted.loop.objective.model.variables,
+                  resumed.loop.objective.model.variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
   with pytest.raises(ValueError, match="at step 120, beyond the requested 100 steps"):
     _trainer().train(100, checkpoint_dir=str(tmp_path / "b"))

@@ -7,7 +7,7 @@ import tf_keras
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_loop import TrainingLoop
 from common.seeding import seed_everything
@@ -37,10 +37,9 @@ def _loop(settings: LoopSettings, num_members=None, one_example=False) -> Traini
                               untransformed_scale_init=scale_init),
       DenseReparameterization(1, num_members=num_members, untransformed_scale_init=scale_init)])
   model(inputs[:1])
-  with loop_settings_scope(settings):
-    return TrainingLoop(ElboObjective(model, _log_likelihood),
-                        GradientUpdate(Adam(model.trainable_variables)),
-                        UniformBatches(inputs, labels, 64), data_seed=5)
+  return TrainingLoop(ElboObjective(model, _log_likelihood),
+                      GradientUpdate(Adam(model.trainable_variables)),
+                      UniformBatches(inputs, labels, 64), data_seed=5, loop_settings=settings)
 
 
 def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call():

@@ -7,7 +7,7 @@ from scipy.stats import multivariate_normal
 
 from auxiliary_sampling.elbo_estimate import _summed_log_likelihood, estimate_elbo
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
@@ -143,12 +143,11 @@ def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise, loop):
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15,
                   batch_size=32, seed=3, weight_noise=weight_noise)
-  with loop_settings_scope(loop):
-    together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
+  together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3,
+                    loop_settings=loop, **settings)
   for m in range(3):
-    with loop_settings_scope(loop):
-      alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
-                     member_offset=m, total_members=3, **settings)
+    alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
+                   member_offset=m, total_members=3, loop_settings=loop, **settings)
     assert alone.elbo_aux[0] == pytest.approx(together.elbo_aux[m], rel=1e-4)
     assert alone.log_ratios[:, 0] == pytest.approx(together.log_ratios[:, m], rel=1e-4)
     assert alone.trace[:, 0] == pytest.approx(together.trace[:, m], rel=1e-4)
@@ -172,17 +171,17 @@ def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
     train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=steps, batch_size=32)
     trained.append(model)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15)
-  with loop_settings_scope(loop):
-    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
-    for model, seed in zip(trained, (5, 6)):
-      reused = refiner.refine(model, seed=seed, **settings)
-      reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
-      fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                     seed=seed, **settings)
-      np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
-      np.testing.assert_array_equal(reused.trace, fresh.trace)
-      for a, b in zip(reused_weights, fresh.model.trainable_variables):
-        np.testing.assert_array_equal(a, b.numpy())
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                    loop_settings=loop)
+  for model, seed in zip(trained, (5, 6)):
+    reused = refiner.refine(model, seed=seed, **settings)
+    reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
+    fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                   seed=seed, loop_settings=loop, **settings)
+    np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
+    np.testing.assert_array_equal(reused.trace, fresh.trace)
+    for a, b in zip(reused_weights, fresh.model.trainable_variables):
+      np.testing.assert_array_equal(a, b.numpy())
   assert refiner.loop.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
 
@@ -200,16 +199,16 @@ def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tra
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, seed=3)
-  with loop_settings_scope(loop):
-    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
-    with BackgroundWork(refiner.prepare) as preparation:
-      preparation.start()
-      assert preparation.result() > 0
-    elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
-    prepared = refiner.refine(trained, **settings)
-    assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
-    fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                   **settings)
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                    loop_settings=loop)
+  with BackgroundWork(refiner.prepare) as preparation:
+    preparation.start()
+    assert preparation.result() > 0
+  elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
+  prepared = refiner.refine(trained, **settings)
+  assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
+  fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                 loop_settings=loop, **settings)
   np.testing.assert_array_equal(prepared.elbo_aux, fresh.elbo_aux)
   np.testing.assert_array_equal(prepared.trace, fresh.trace)
   for a, b in zip(prepared.model.trainable_variables, fresh.model.trainable_variables):

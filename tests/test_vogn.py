@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
@@ -297,9 +297,9 @@ def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
   seed_everything(3)
   inputs, labels = _linear_regression_data(num_examples=256)
   model = _noisy_regression_network()
-  with loop_settings_scope(settings):
-    trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
-                          batch_size=64, settings=VognSettings(mc_samples=mc_samples))
+  trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
+                        batch_size=64, settings=VognSettings(mc_samples=mc_samples),
+                        loop_settings=settings)
   model(inputs[:1])
   return trainer.train(130).trace
 

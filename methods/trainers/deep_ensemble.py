@@ -20,7 +20,7 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
-from auxiliary_sampling.loop_settings import current_loop_settings
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
@@ -228,13 +228,15 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
                         checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                         steps_per_checkpoint: int = 5000,
                         penalty: Optional[Penalty] = None,
-                        input_transform: Optional[InputTransform] = None) -> TrainingResult:
+                        input_transform: Optional[InputTransform] = None,
+                        loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Trains all members of `model` together, each on its own minibatches, `num_steps` steps each.
 
   `learning_rate` is a constant or a `LearningRateSchedule`. The trace holds
   each member's objective N * mean[log p(y|x) + log p(y|x_adv)], minus N times
   `penalty(model)` ([M]: an L2 on the members' weights) if given;
-  `input_transform` augments every member's batches.
+  `input_transform` augments every member's batches; `loop_settings` say how the loop runs (its
+  `for_ensemble()`).
   """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
@@ -247,7 +249,7 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
                       GradientUpdate(Adam(model.trainable_variables)),
                       UniformBatches(inputs, labels, batch_size, members=num_members),
                       data_seed=seed, input_transform=input_transform,
-                      loop_settings=current_loop_settings().for_ensemble())
+                      loop_settings=loop_settings.for_ensemble())
   training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -35,6 +35,7 @@ from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
@@ -356,7 +357,8 @@ def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
               batch_size: int = 256,
               seed: int = 0, checkpoint_dir: Optional[str] = None,
               summary_dir: Optional[str] = None,
-              steps_per_checkpoint: int = 5000) -> TrainingResult:
+              steps_per_checkpoint: int = 5000,
+              loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Maximises the MNF lower bound (KL divided by N) with Adam.
 
   30,000 steps by default (paper Sec. 4.1).
@@ -365,7 +367,8 @@ def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
   model(inputs[:1])
   loop = TrainingLoop(ElboObjective(model, log_likelihood_fn, kl_fn=lambda: mnf_kl(model)),
                       GradientUpdate(Adam(model.trainable_variables)),
-                      UniformBatches(inputs, labels, batch_size), data_seed=seed)
+                      UniformBatches(inputs, labels, batch_size), data_seed=seed,
+                      loop_settings=loop_settings)
   training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="mnf")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -32,6 +32,7 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from auxiliary_sampling.training_batches import GroupedBatches, UniformBatches
@@ -399,13 +400,14 @@ def particle_batch_rows(batch_size: int, function_space: Optional[FunctionSpaceS
 
 def particle_loop(model: tf.Module, batches: UniformBatches | GroupedBatches, *, batch_size: int,
                   data_seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
-                  network: Optional[ParticleNetwork] = None) -> TrainingLoop:
+                  network: Optional[ParticleNetwork] = None,
+                  loop_settings: LoopSettings = LoopSettings()) -> TrainingLoop:
   """SVGD (f-SVGD with `function_space`) of the particles of `model` with Adam, on `batches` of
   `particle_batch_rows(batch_size, function_space)` rows."""
   objective = ParticleObjective(model, batches, batch_size=batch_size, data_seed=data_seed,
                                 function_space=function_space, network=network)
   return TrainingLoop(objective, SteinUpdate(Adam(objective.variables_to_train)), batches,
-                      data_seed=data_seed)
+                      data_seed=data_seed, loop_settings=loop_settings)
 
 
 def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: int,
@@ -413,7 +415,8 @@ def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: in
                     seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
                     checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                     steps_per_checkpoint: int = 5000,
-                    weight_prior_scale: Optional[float] = None) -> TrainingResult:
+                    weight_prior_scale: Optional[float] = None,
+                    loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """SVGD (or f-SVGD with `function_space`) of every particle of `model` for `num_steps` steps,
   checkpointed and resumable like every trainer (`methods.trainers.training`). `weight_prior_scale`:
   one prior std for every weight (None: the f-POVI paper's N(0, 1/fan_out))."""
@@ -421,9 +424,10 @@ def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: in
   model(inputs[:1])
   network = dataclasses.replace(ParticleNetwork.of_sequential(model),
                                 weight_prior_scale=weight_prior_scale)
-  loop = particle_loop(model, UniformBatches(inputs, labels, particle_batch_rows(
-      batch_size, function_space)), batch_size=batch_size, data_seed=seed,
-                       function_space=function_space, network=network)
+  batches = UniformBatches(inputs, labels, particle_batch_rows(batch_size, function_space))
+  loop = particle_loop(model, batches, batch_size=batch_size, data_seed=seed,
+                       function_space=function_space, network=network,
+                       loop_settings=loop_settings)
   name = "svgd" if function_space is None else "fsvgd"
   training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name=name,

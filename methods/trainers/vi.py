@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
@@ -37,7 +38,7 @@ class MeanFieldTrainer(CheckpointedTraining):
   draw per step, Bayes by backprop's estimator). With `penalty` (the L2 of a partly
   deterministic network's point estimates) the objective is the ELBO minus N * penalty; the
   trace then holds that.
-  `input_transform` augments every training batch.
+  `input_transform` augments every training batch; `loop_settings` say how the loop runs.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
@@ -45,7 +46,7 @@ class MeanFieldTrainer(CheckpointedTraining):
                seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
                penalty: Optional[Penalty] = None, input_transform: Optional[InputTransform] = None,
                optimizer: str = "adam", momentum: float = 0.9,
-               weight_noise: str = "per_example"):
+               weight_noise: str = "per_example", loop_settings: LoopSettings = LoopSettings()):
     inputs, labels = check_data(inputs, labels)
     model(inputs[:1])
     kl_fn = None
@@ -67,7 +68,7 @@ class MeanFieldTrainer(CheckpointedTraining):
       update = GradientUpdate(MomentumSgd(variables, momentum) if optimizer == "momentum"
                               else Adam(variables))
     loop = TrainingLoop(objective, update, batches, data_seed=seed,
-                        input_transform=input_transform)
+                        input_transform=input_transform, loop_settings=loop_settings)
     super().__init__(loop, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 
@@ -76,7 +77,8 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
                      num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256,
                      seed: int = 0, checkpoint_dir: Optional[str] = None,
                      summary_dir: Optional[str] = None,
-                     steps_per_checkpoint: int = 5000) -> TrainingResult:
+                     steps_per_checkpoint: int = 5000,
+                     loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Trains `model` by maximising its ELBO for `num_steps` Adam steps (paper Section 4.1).
 
   With `checkpoint_dir`, resumes from the checkpoint there and saves one every
@@ -85,5 +87,6 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
   """
   trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn, learning_rate=learning_rate,
                              batch_size=batch_size, seed=seed,
-                             steps_per_checkpoint=steps_per_checkpoint)
+                             steps_per_checkpoint=steps_per_checkpoint,
+                             loop_settings=loop_settings)
   return trainer.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

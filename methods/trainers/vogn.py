@@ -45,6 +45,7 @@ import tensorflow as tf
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.linear_calls import (LinearCall, calls_producing, gauss_newton_mean,
                                              mean_and_mean_square, record_linear_calls)
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.parameters import softplus_inverse
 from auxiliary_sampling.training_batches import UniformBatches
@@ -262,7 +263,8 @@ class VognUpdate(tf.Module):
 
 
 def vogn_loop(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
-              settings: VognSettings, batch_size: int, data_seed: int = 0) -> TrainingLoop:
+              settings: VognSettings, batch_size: int, data_seed: int = 0,
+              loop_settings: LoopSettings = LoopSettings()) -> TrainingLoop:
   """VOGN of `model`'s Gaussian mean-field posterior on the training loop."""
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
@@ -278,7 +280,8 @@ def vogn_loop(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
   others = [v for v in model.trainable_variables if id(v) not in mean_field_ids]
   return TrainingLoop(VognObjective(model, log_likelihood_fn, settings, parameters, others),
                       VognUpdate(parameters, others, settings),
-                      UniformBatches(inputs, labels, batch_size), data_seed=data_seed)
+                      UniformBatches(inputs, labels, batch_size), data_seed=data_seed,
+                      loop_settings=loop_settings)
 
 
 def initialise_curvature(loop: TrainingLoop) -> None:
@@ -304,9 +307,10 @@ class VognTrainer(CheckpointedTraining):
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
                settings: Optional[VognSettings] = None,
                learning_rate: float | LearningRateSchedule = 1e-3, batch_size: int = 256,
-               seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100):
+               seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
+               loop_settings: LoopSettings = LoopSettings()):
     loop = vogn_loop(model, inputs, labels, log_likelihood_fn, settings or VognSettings(),
-                     batch_size=batch_size, data_seed=seed)
+                     batch_size=batch_size, data_seed=seed, loop_settings=loop_settings)
     super().__init__(loop, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vogn")
 
