@@ -173,7 +173,7 @@ def _stage_subset(inputs: tf.Tensor, labels: tf.Tensor, examples: int
 class Refiner:
   """Refines samples (paper Algorithm 1) for one architecture on one dataset, again and again.
 
-  The member model, the conditioning and the maximiser (its compiled loop) are built once, for
+  The member model, the conditioning and the training loop (compiled) are built once, for
   `num_samples` members of a `total_members` run starting at `member_offset`; every `refine`
   call copies a trained model into them and reseeds every stream, so it gives what a fresh
   `refine()` with the same arguments gives (tested) without tracing or compiling again: for

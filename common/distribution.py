@@ -57,7 +57,7 @@ class DeviceConfig(Config):
 
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0 and "
-      "one device). Each maximiser compiles once before its first chunk.",
+      "one device). Each training loop compiles once before its first chunk.",
       # Runs recorded before this setting existed ran uncompiled.
       shapes=NOTHING, round_off=True, absent_means=False)
   noise_chunk_steps: int = setting(
