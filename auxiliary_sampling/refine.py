@@ -35,7 +35,8 @@ from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.refinement_result import RefinementResult
-from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.schedule import (PAPER_NUM_AUXILIARY, PAPER_STEPS_PER_AUXILIARY,
+                                         PAPER_VARIANCE_RATIO, AuxiliarySchedule)
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
@@ -243,14 +244,15 @@ class Refiner:
     return time.perf_counter() - started
 
   def refine(self, trained_model: tf.Module, *, schedule: Optional[AuxiliarySchedule] = None,
-             steps_per_auxiliary: int = 200, learning_rate_rule: str = "paper",
+             steps_per_auxiliary: int = PAPER_STEPS_PER_AUXILIARY,
+             learning_rate_rule: str = "paper",
              learning_rates: Optional[list[float]] = None, seed: int = 0,
              elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
              stage_elbo_aux: bool = False, stage_elbo_examples: int = 0) -> RefinementResult:
     """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
     stage_elbo_examples = check_integer("stage_elbo_examples", stage_elbo_examples, minimum=0)
     steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
-    schedule = schedule or AuxiliarySchedule.geometric(0.7, 5)
+    schedule = schedule or AuxiliarySchedule.geometric(PAPER_VARIANCE_RATIO, PAPER_NUM_AUXILIARY)
     if learning_rates is None:
       learning_rates = schedule.learning_rates(learning_rate_rule)
     elif len(learning_rates) != schedule.num_auxiliary:
@@ -339,7 +341,8 @@ class Refiner:
 
 def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            log_likelihood_fn: LogLikelihoodFn, *, num_samples: int = 10,
-           schedule: Optional[AuxiliarySchedule] = None, steps_per_auxiliary: int = 200,
+           schedule: Optional[AuxiliarySchedule] = None,
+           steps_per_auxiliary: int = PAPER_STEPS_PER_AUXILIARY,
            learning_rate_rule: str = "paper", learning_rates: Optional[list[float]] = None,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
            total_members: Optional[int] = None, elbo_batch_size: int = 1024,
@@ -357,8 +360,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     inputs, labels: the training data (in memory), N examples.
     log_likelihood_fn: (labels, outputs) -> per-example log p(y | x, w), [M, batch].
     num_samples: M, the number of refined samples.
-    schedule: auxiliary variances; default geometric, ratio 0.7, K = 5 (paper).
-    steps_per_auxiliary: T, Adam steps after each auxiliary variable.
+    schedule: auxiliary variances; default the paper's, geometric with ratio
+      PAPER_VARIANCE_RATIO (0.7) and K = PAPER_NUM_AUXILIARY (5).
+    steps_per_auxiliary: T, Adam steps after each auxiliary variable (the paper's 200).
     learning_rate_rule: 'paper' or 'authors_code' (ignored if `learning_rates` given).
     learning_rates: explicit Adam learning rate per auxiliary variable.
     batch_size: minibatch size of the conditional-ELBO optimisation.
