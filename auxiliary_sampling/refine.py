@@ -303,12 +303,19 @@ class Refiner:
       log_ratios.append(log_ratio)
       if steps_per_auxiliary:
         stage_started = time.perf_counter()
+        stage_name = f"auxiliary variable {stage}/{schedule.num_auxiliary}"
+        stage_first_step = (stage - 1) * steps_per_auxiliary
+
+        def report(done: int, trace: np.ndarray, first_step: int = stage_first_step,
+                   stage_name: str = stage_name) -> None:
+          """A progress line inside a long stage (about every 30 s)."""
+          progress.log(first_step + done, float(np.mean(trace[-20:])), stage=stage_name)
         traces.append(self.loop.maximize(steps_per_auxiliary, learning_rate,
-                                              elbo_offset=cumulative_log_ratio,
-                                              reset_optimizer=True))
+                                         elbo_offset=cumulative_log_ratio,
+                                         reset_optimizer=True, progress=report))
         optimise_seconds.append(time.perf_counter() - stage_started)
         progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
-                     stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
+                     stage=stage_name)
       # On the whole data, the last stage's is the final estimate below.
       if stage_elbo_aux and (stage < schedule.num_auxiliary or stage_data is not None):
         measured = time.perf_counter()

@@ -12,12 +12,16 @@ per-step trace. What a step computes is the caller's:
   objective (`GradientUpdate`), VOGN's natural-gradient update, SVGD's;
 - a `BatchSource` (`auxiliary_sampling.training_batches`): the data and how a
   step's minibatch is drawn (shared, per member, per data group, MISSO's blocks);
-- an optional input transform (data augmentation) and the `LoopSettings`.
+- an optional input transform (data augmentation) and the `LoopSettings`;
+- an optional `progress` hook of `maximize`, called about every PROGRESS_SECONDS of wall time
+  between compiled pieces of whole chunks of steps, so that a long loop reports its progress
+  without any Python per step.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 import numpy as np
@@ -27,6 +31,7 @@ from auxiliary_sampling.batch_shards import batch_shard
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import DrawRequest, derived_seed, recorded_draws, supplied_draws
+from auxiliary_sampling.progress import PROGRESS_SECONDS
 from auxiliary_sampling.training_batches import BatchSource
 
 _TRANSFORM_STREAM = 1
@@ -34,6 +39,8 @@ _TRANSFORM_STREAM = 1
 NOISE_CHUNK_BYTES = 128 * 2**20
 # (training inputs, stateless seed) -> transformed inputs (common.image_augmentation).
 InputTransform = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+# (steps done in this `maximize` call, the trace of those steps) -> None: a progress report.
+ProgressHook = Callable[[int, np.ndarray], None]
 
 
 class ReplicaBatch(NamedTuple):
@@ -111,6 +118,8 @@ class TrainingLoop(tf.Module):
                        "(TPUStrategy compiles its steps itself)")
     # The draws one step makes, and its outputs' shapes: recorded by tracing it once.
     self.step_plan: Optional[tuple[list[DrawRequest], tf.TensorShape, tf.TensorShape]] = None
+    # Wall seconds per step of the latest piece `maximize` timed (None before the first).
+    self._seconds_per_step: Optional[float] = None
     self._compiled_chunk = graph_function(self._chunk_of_steps,
                                           jit_compile=self.loop_settings.jit_compile)
 
@@ -337,20 +346,69 @@ class TrainingLoop(tf.Module):
     """How many times the chunk of steps (the XLA computation under jit_compile) was traced."""
     return self._compiled_chunk.experimental_get_tracing_count()
 
+  def steps_per_piece(self) -> int:
+    """The steps a compiled call can stop after and the next continue from, drawing the numbers
+    one call would: one step when each step draws its own noise, else one chunk of drawn-ahead
+    noise (a call cut inside a chunk would draw the chunk's rows again)."""
+    if not self.loop_settings.noise_chunk_steps:
+      return 1
+    if self.step_plan is None:
+      self._record_step_plan()
+    return self._chunk_length()
+
   def maximize(self, num_steps: int, learning_rate: float, elbo_offset=0.0,
-               reset_optimizer: bool = False, return_kl: bool = False):
+               reset_optimizer: bool = False, return_kl: bool = False,
+               progress: Optional[ProgressHook] = None,
+               progress_seconds: float = PROGRESS_SECONDS):
     """Runs the compiled loop; raises FloatingPointError if the trace stops being finite.
 
-    Returns the trace, or (trace, KL trace) with `return_kl`.
+    Returns the trace, or (trace, KL trace) with `return_kl`. Without `progress` the steps are one
+    compiled call. With it they are a few calls, each of whole pieces (`steps_per_piece`) and
+    sized from the pace of the one before to end about `progress_seconds` after the previous
+    report, and `progress(steps done, trace so far)` is called whenever that much wall time has
+    passed (not after the last call: the caller reports its own end). The calls draw the same
+    numbers in the same order as one call, so the result is the same bit for bit (tested).
     """
     if reset_optimizer:
       self.update.reset()
-    trace, kl_trace = self.run(tf.constant(num_steps, tf.int32),
-                               tf.constant(learning_rate, tf.float32),
-                               tf.convert_to_tensor(elbo_offset, tf.float32))
-    trace = trace.numpy()
-    if not np.all(np.isfinite(trace)):
-      first = int(np.argmax(~np.isfinite(trace).reshape(len(trace), -1).all(axis=1)))
-      raise FloatingPointError(f"non-finite ELBO at step {first + 1} of {num_steps} "
-                               f"(learning rate {learning_rate:g})")
-    return (trace, kl_trace.numpy()) if return_kl else trace
+    learning_rate_tensor = tf.constant(learning_rate, tf.float32)
+    elbo_offset = tf.convert_to_tensor(elbo_offset, tf.float32)
+    if progress is None or num_steps == 0:
+      trace, kl_trace = self.run(tf.constant(num_steps, tf.int32), learning_rate_tensor,
+                                 elbo_offset)
+      trace, kl_trace = trace.numpy(), kl_trace.numpy()
+      self._check_finite(trace, 0, num_steps, learning_rate)
+      return (trace, kl_trace) if return_kl else trace
+    unit = self.steps_per_piece()
+    traces, kl_traces, done = [], [], 0
+    reported = time.perf_counter()
+    while done < num_steps:
+      due = reported + progress_seconds - time.perf_counter()
+      length = unit if self._seconds_per_step is None else max(
+          unit, int(due / max(self._seconds_per_step, 1e-9)) // unit * unit)
+      length = min(length, num_steps - done)
+      started = time.perf_counter()
+      trace, kl_trace = self.run(tf.constant(length, tf.int32), learning_rate_tensor, elbo_offset)
+      traces.append(trace.numpy())
+      kl_traces.append(kl_trace.numpy())
+      now = time.perf_counter()
+      self._seconds_per_step = (now - started) / max(length, 1)
+      self._check_finite(traces[-1], done, num_steps, learning_rate)
+      done += length
+      # A report within a tenth of the interval of being due is on time.
+      if done < num_steps and now - reported >= 0.9 * progress_seconds:
+        progress(done, np.concatenate(traces))
+        reported = now
+    trace, kl_trace = np.concatenate(traces), np.concatenate(kl_traces)
+    return (trace, kl_trace) if return_kl else trace
+
+  @staticmethod
+  def _check_finite(trace: np.ndarray, first_step: int, num_steps: int,
+                    learning_rate: float) -> None:
+    """Raises FloatingPointError naming the first step (of `num_steps`) whose value is not
+    finite; `trace` holds the steps from `first_step` on."""
+    if np.all(np.isfinite(trace)):
+      return
+    first = first_step + int(np.argmax(~np.isfinite(trace).reshape(len(trace), -1).all(axis=1)))
+    raise FloatingPointError(f"non-finite ELBO at step {first + 1} of {num_steps} "
+                             f"(learning rate {learning_rate:g})")

@@ -1,9 +1,14 @@
-"""auxiliary_sampling.training_loop: what the loop hands its public hooks."""
+"""auxiliary_sampling.training_loop: what the loop hands its public hooks, and its progress
+reports."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from auxiliary_sampling import training_loop
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.training_batches import GroupedBatches, UniformBatches
 from auxiliary_sampling.training_loop import TrainingLoop
+from tests.test_loop_settings import _loop
 
 
 class _NoObjective(tf.Module):
@@ -67,3 +72,70 @@ def test_grouped_members_see_only_their_groups_filled_rows_and_share_by_group():
     assert same_batch == shared
   count.assign(30)
   assert np.max(loop.maximize(50, 0.0)[:, :2]) >= 10
+
+
+class _FakeClock:
+  """Wall time that passes only when the loop runs: `seconds_per_step` per step."""
+
+  def __init__(self, loop: TrainingLoop, seconds_per_step: float):
+    self.now, self.calls = 0.0, []
+    real_run = loop.run
+
+    def timed_run(num_steps, learning_rate, elbo_offset):
+      self.calls.append(int(num_steps))
+      self.now += seconds_per_step * int(num_steps)
+      return real_run(num_steps, learning_rate, elbo_offset)
+    loop.run = timed_run
+
+  def perf_counter(self) -> float:
+    return self.now
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_progress_reports_about_every_interval_between_whole_pieces(chunk, monkeypatch):
+  """At 0.5 s a step, a 200-step call reports every 30 s: after steps 60, 120 and 180 (not after
+  the last, whose line is the caller's), each call of the compiled loop a whole number of
+  pieces (chunks of drawn-ahead noise). Catches reports tied to the call's end only (none
+  inside), pieces that ignore the pace (a report per piece or none), and calls cut inside a
+  chunk."""
+  loop = _loop(LoopSettings(noise_chunk_steps=chunk))
+  clock = _FakeClock(loop, 0.5)
+  monkeypatch.setattr(training_loop, "time", clock)
+  reports = []
+  loop.maximize(200, 1e-2, progress=lambda done, trace: reports.append((done, len(trace))))
+  assert reports == [(60, 60), (120, 120), (180, 180)]
+  assert sum(clock.calls) == 200 and len(clock.calls) < 10
+  assert all(steps % max(chunk, 1) == 0 for steps in clock.calls[:-1])
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_a_loop_reporting_progress_gives_the_same_numbers_bit_for_bit(chunk):
+  """Reporting after every piece (an interval of 0 s: 23 steps in calls of one step, or of one
+  4-step chunk and a partial last one) leaves the trace, the KL trace and every variable as one
+  call leaves them. Catches pieces that draw other numbers than one call (planted: pieces of one
+  step under 4-step chunks, each drawing a whole chunk for one step; fails)."""
+  results = []
+  for progress in (None, lambda done, trace: reported.append(done)):
+    reported = []
+    loop = _loop(LoopSettings(noise_chunk_steps=chunk))
+    trace, kl_trace = loop.maximize(23, 1e-2, return_kl=True, progress=progress,
+                                    progress_seconds=0.0)
+    results.append([trace, kl_trace, *(v.numpy() for v in loop.objective.model.variables)])
+  assert reported == list(range(max(chunk, 1), 23, max(chunk, 1)))
+  for one_call, in_pieces in zip(*results):
+    np.testing.assert_array_equal(in_pieces, one_call)
+
+
+def test_checkpointed_training_logs_inside_a_chunk_longer_than_the_interval(monkeypatch):
+  """With a checkpoint interval beyond the run, lines come every 30 s of the loop (after 60, 120
+  and 180 steps at 0.5 s a step) and at the chunk's end. Catches CheckpointedTraining not
+  handing the loop its progress hook (planted: `progress=report` removed; only the end's line)."""
+  from auxiliary_sampling import progress as progress_module
+  from methods.trainers.training import CheckpointedTraining
+  lines = []
+  monkeypatch.setattr(progress_module.logging, "info", lines.append)
+  loop = _loop(LoopSettings())
+  monkeypatch.setattr(training_loop, "time", _FakeClock(loop, 0.5))
+  CheckpointedTraining(loop, 1e-2, steps_per_checkpoint=10_000).train(200)
+  assert [line.split(" (")[0] for line in lines] == [
+      f"training: step {step}/200" for step in (60, 120, 180, 200)]

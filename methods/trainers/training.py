@@ -2,6 +2,7 @@
 
 Every baseline trains through a `TrainingLoop` (one compiled loop); this module
 runs that loop in chunks of `steps_per_checkpoint` steps. After each chunk it
+logs a progress line (and the loop logs one about every 30 s inside a long chunk) and
 saves everything the next step depends on (model variables including the noise
 streams' counters, Adam moments, the batch counter, the step, the accumulated
 training seconds and the trace) and writes `tf.summary` scalars. A rerun
@@ -169,8 +170,12 @@ class CheckpointedTraining:
       chunk = min(self.steps_per_checkpoint, num_steps - first_step,
                   self.learning_rate.steps_at_this_rate(first_step) or num_steps)
       started = time.perf_counter()
+
+      def report(done: int, trace: np.ndarray, first_step: int = first_step) -> None:
+        """A progress line inside a long chunk (about every 30 s)."""
+        progress.log(first_step + done, float(np.mean(trace[-self.summary_every:])))
       trace, kl_trace = self.loop.maximize(chunk, self.learning_rate.rate(first_step),
-                                                return_kl=True)
+                                           return_kl=True, progress=report)
       chunk_timings.append((chunk, time.perf_counter() - started))
       self.train_seconds.assign_add(chunk_timings[-1][1])
       self.step.assign_add(chunk)
