@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +37,7 @@ from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import (PAPER_NUM_AUXILIARY, PAPER_STEPS_PER_AUXILIARY,
                                          PAPER_VARIANCE_RATIO, AuxiliarySchedule)
-from auxiliary_sampling.training_batches import UniformBatches
+from auxiliary_sampling.training_batches import BatchSource, UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from auxiliary_sampling.validation import check_integer
@@ -171,7 +171,7 @@ def _stage_subset(inputs: tf.Tensor, labels: tf.Tensor, examples: int
   return tf.gather(inputs, indices), tf.gather(labels, indices), total / examples
 
 
-class Refiner:
+class Refiner(tf.Module):
   """Refines samples (paper Algorithm 1) for one architecture on one dataset, again and again.
 
   The member model, the conditioning and the training loop (compiled) are built once, for
@@ -179,6 +179,11 @@ class Refiner:
   call copies a trained model into them and reseeds every stream, so it gives what a fresh
   `refine()` with the same arguments gives (tested) without tracing or compiling again: for
   scripts that refine many trained models or seeds in one process.
+
+  `batches` replaces the uniform minibatches of `inputs` and `labels` the optimisation draws
+  (a bandit's growing per-seed histories, `GroupedBatches`); with it `inputs` and `labels` may
+  be None, and then only `refine_in_graph` runs (`refine` estimates ELBOs on the whole data).
+  A module: a checkpoint of an object holding it holds every stream's state (a bandit agent's).
   """
 
   def __init__(self, model_fn: ModelFn, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
@@ -187,7 +192,9 @@ class Refiner:
                refit_deterministic: bool = False,
                penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
                input_transform: Optional[InputTransform] = None,
-               loop_settings: LoopSettings = LoopSettings()):
+               loop_settings: LoopSettings = LoopSettings(),
+               batches: Optional[BatchSource] = None):
+    super().__init__(name="refiner")
     self.num_samples = check_integer("num_samples", num_samples)
     check_weight_noise(weight_noise)
     self.member_offset = check_integer("member_offset", member_offset, minimum=0)
@@ -196,10 +203,16 @@ class Refiner:
     if self.member_offset + self.num_samples > self.total_members:
       raise ValueError(f"members [{self.member_offset}, {self.member_offset + self.num_samples}) "
                        f"do not fit in total_members={self.total_members}")
-    self.inputs, self.labels = check_data(inputs, labels)
+    self.inputs, self.labels = (None, None) if batches is not None and inputs is None else (
+        check_data(inputs, labels))
     self.log_likelihood_fn = log_likelihood_fn
     self.members = model_fn(self.num_samples)
-    self.members(self.inputs[:1])
+    if batches is None:
+      batches = UniformBatches(self.inputs, self.labels, batch_size)
+      self.members(self.inputs[:1])
+    else:   # built on each member's first row
+      self.members(batches.gather(batches.inputs,
+                                  tf.zeros([*batches.batch_shape[:-1], 1], tf.int64)))
     built_members = num_members_of(self.members)
     if built_members != self.num_samples:
       raise ValueError(f"model_fn({self.num_samples}) built a model with {built_members} members")
@@ -213,15 +226,57 @@ class Refiner:
     self.loop = TrainingLoop(
         ElboObjective(self.members, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise),
         GradientUpdate(Adam(refinement_variables(self.members, refit_deterministic))),
-        UniformBatches(self.inputs, self.labels, batch_size), input_transform=input_transform,
-        loop_settings=loop_settings.for_refinement())
+        batches, input_transform=input_transform, loop_settings=loop_settings.for_refinement())
 
-  @graph_function
-  def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
+  def reseed(self, layer_seed: int, auxiliary_seed: int, data_seed: int) -> None:
+    """Restarts the members' weight-noise streams (each layer's derived from `layer_seed`), the
+    auxiliary variables' stream and the minibatch stream; `refine` derives all three from its
+    `seed`."""
+    seed_member_streams(self.members, layer_seed, self.total_members, self.member_offset)
+    self.auxiliary_noise.set_seed(auxiliary_seed)
+    self.loop.reseed(data_seed)
+
+  def _conditioned(self, variance_fraction, remaining_fraction) -> tf.Tensor:
     """Draws a_k for every parameter and conditions on it; the summed log q(a_k) / p(a_k)."""
     return tf.add_n([p.condition_on_auxiliary(variance_fraction, remaining_fraction,
                                               self.auxiliary_noise.normal(p.event_shape))
                      for p in self.parameters])
+
+  @graph_function
+  def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
+    """`_conditioned` as one compiled call."""
+    return self._conditioned(variance_fraction, remaining_fraction)
+
+  def refine_in_graph(self, trained_model: tf.Module, *, schedule: AuxiliarySchedule,
+                      steps_per_auxiliary, learning_rates: Sequence[float]) -> tf.Module:
+    """Algorithm 1 as ops a caller's compiled function runs: copies `trained_model` into the
+    members, then for each auxiliary variable draws it, conditions on it and takes
+    `steps_per_auxiliary` (an integer or a scalar tensor; 0: none) Adam steps at its learning
+    rate, Adam reset for each; returns the members.
+
+    Unlike `refine`, it reseeds nothing (every stream goes on from the previous call: fresh
+    samples each time), estimates no ELBO, and may start from a model of S members for M = r * S
+    (member m from member m // r): a Thompson sampler refines fresh samples at every decision
+    this way (`bandits.agents`).
+    """
+    if len(learning_rates) != schedule.num_auxiliary:
+      raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
+                       "auxiliary variables")
+    load_trained_state(trained_model, self.members)
+    for stage, (fraction, learning_rate) in enumerate(zip(schedule.variance_fractions,
+                                                          learning_rates), 1):
+      # Both fractions in float64, exact remainder included: the model casts them to its dtype.
+      self._conditioned(tf.constant(fraction, tf.float64),
+                        tf.constant(schedule.remaining_fraction(stage), tf.float64))
+      self.loop.update.reset()
+      self.loop.run(steps_per_auxiliary, tf.constant(learning_rate, tf.float32),
+                    tf.constant(0.0))
+    return self.members
+
+  def _check_whole_data(self) -> None:
+    if self.inputs is None:
+      raise ValueError("this refiner was built on a batch source without the whole data, which "
+                       "refine and prepare estimate ELBOs on; allowed: refine_in_graph")
 
   def prepare(self, elbo_batch_size: int = 1024, elbo_num_samples: int = 1) -> float:
     """Traces (and under jit_compile compiles) every computation a `refine` call runs, by running
@@ -232,6 +287,7 @@ class Refiner:
     `refine` call will use (they are traced in). The members' variables are this refiner's own,
     so this can run on another thread while the model to refine is still training.
     """
+    self._check_whole_data()
     started = time.perf_counter()
     self._condition(tf.constant(0.5, tf.float64), tf.constant(0.5, tf.float64))
     # `run` as `maximize` calls it, without its finiteness check: these members hold no trained
@@ -250,6 +306,7 @@ class Refiner:
              elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
              stage_elbo_aux: bool = False, stage_elbo_examples: int = 0) -> RefinementResult:
     """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
+    self._check_whole_data()
     stage_elbo_examples = check_integer("stage_elbo_examples", stage_elbo_examples, minimum=0)
     steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
     schedule = schedule or AuxiliarySchedule.geometric(PAPER_VARIANCE_RATIO, PAPER_NUM_AUXILIARY)
@@ -265,11 +322,9 @@ class Refiner:
     started = time.perf_counter()
     members, inputs, labels = self.members, self.inputs, self.labels
     load_trained_state(trained_model, members)
-    seed_member_streams(members, seed, self.total_members, self.member_offset)
+    self.reseed(seed, derived_seed(seed, _AUXILIARY_STREAM), derived_seed(seed, _DATA_STREAM))
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
-    self.auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
-    self.loop.reseed(derived_seed(seed, _DATA_STREAM))
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
                                  elbo_num_samples)
     stage_data = _stage_subset(inputs, labels, stage_elbo_examples)

@@ -9,10 +9,11 @@ agent's variants), so one computation serves every seed:
 
   vi_ts       Thompson sampling: the mean of `num_thompson_samples` weight draws
               from the mean-field posterior picks the action;
-  refined_ts  the same with refined samples (Algorithm 1 with K = 1): for each
-              draw, a1 ~ q(a1), then q(w | a1) is refined for `refine_steps`
-              on the history against p(w | a1); the refined sample is used
-              once and discarded (the mean-field model is not changed);
+  refined_ts  the same with refined samples (Algorithm 1 with K = 1, the library's
+              `Refiner.refine_in_graph`): for each draw, a1 ~ q(a1), then
+              q(w | a1) is refined for `refine_steps` on the history against
+              p(w | a1); the refined sample is used once and discarded (the
+              mean-field model is not changed);
   eps_greedy  the maximum-likelihood network's greedy action, a uniformly random
               one with probability epsilon (one member per epsilon and seed);
   svgd_ts,    Thompson sampling with a particle posterior (not in the paper; the
@@ -22,8 +23,8 @@ agent's variants), so one computation serves every seed:
               particles picks the action.
 
 The mean-field models and their refinement are `auxiliary_sampling`'s
-layers, the `TrainingLoop` (over growing per-member histories) and the
-parameters' own conditioning; nothing of the algorithm is written here.
+layers, its `TrainingLoop` over growing per-member histories (`GroupedBatches`)
+and its `Refiner`; nothing of the algorithm is written here.
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
+from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.refine import Refiner, seed_member_streams
+from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_batches import GroupedBatches
 from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.weight_noise import weight_noise_scope
@@ -249,34 +250,36 @@ class ThompsonAgent(Agent):
     self.refined = refined
     if not refined:
       return
-    samples = config.num_thompson_samples
-    self.num_samples = self.num_members * samples
-    # Its initial values never matter: every refinement starts from a copy of the model.
-    self.samples = reward_model(config, self.num_samples, True, 0, num_features)
-    self.samples(tf.zeros([self.num_samples, 1, num_features + 1]))
-    seed_member_streams(self.samples, derived_seed(run_seed, _REFINED_STREAM), self.num_samples)
-    self.auxiliary_noise = MemberNoise(self.num_samples, name="auxiliary_noise",
-                                       initial_seed=derived_seed(run_seed, _AUXILIARY_STREAM))
-    # Each sample refines on its seed's history: groups of `samples` members share one.
-    self.refiner = TrainingLoop(
-        ElboObjective(self.samples, gaussian_head_log_likelihood),
-        GradientUpdate(Adam(refinement_variables(self.samples))),
-        GroupedBatches(self.history.inputs, self.history.rewards, config.batch_size,
-                       self.num_samples, num_examples=self.history.count),
-        data_seed=derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM),
-        loop_settings=self.loop_settings.for_refinement())
+    self.num_samples = self.num_members * config.num_thompson_samples
+    self.schedule = AuxiliarySchedule.explicit([config.auxiliary_variance_fraction])
 
-  def _refine_samples(self) -> None:
+    def samples_model(num_samples: int) -> RewardModel:
+      """The samples' network; its initial values never matter: every refinement starts from a
+      copy of the model."""
+      return reward_model(config, num_samples, True, 0, num_features)
+    # Each sample refines on its seed's history: groups of `samples` members share one.
+    self.refiner = Refiner(
+        samples_model, None, None, gaussian_head_log_likelihood, num_samples=self.num_samples,
+        loop_settings=self.loop_settings,
+        batches=GroupedBatches(self.history.inputs, self.history.rewards, config.batch_size,
+                               self.num_samples, num_examples=self.history.count))
+    # Its streams are seeded once and go on from one decision to the next.
+    self.refiner.reseed(derived_seed(run_seed, _REFINED_STREAM),
+                        derived_seed(run_seed, _AUXILIARY_STREAM),
+                        derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM))
+
+  @property
+  def samples(self) -> RewardModel:
+    """The refined samples of the latest decision, [seeds * num_thompson_samples] members."""
+    return self.refiner.members
+
+  def refine_samples(self) -> RewardModel:
     """Refines `num_thompson_samples` samples per seed from the current q (Algorithm 1, K = 1);
     before the first observation there is nothing to refine on, and q(w | a1) is used as is."""
-    load_trained_state(self.model, self.samples)
-    fraction = self.config.auxiliary_variance_fraction
-    for parameter in mean_field_parameters(self.samples):
-      parameter.condition_on_auxiliary(fraction, 1.0 - fraction,
-                                       self.auxiliary_noise.normal(parameter.event_shape))
-    self.refiner.update.reset()
     num_steps = tf.where(self.history.count > 0, self.config.refine_steps, 0)
-    self.refiner.run(num_steps, tf.constant(self.config.learning_rate), tf.constant(0.0))
+    return self.refiner.refine_in_graph(self.model, schedule=self.schedule,
+                                        steps_per_auxiliary=num_steps,
+                                        learning_rates=[self.config.learning_rate])
 
   @graph_function
   def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -284,8 +287,7 @@ class ThompsonAgent(Agent):
     samples = self.config.num_thompson_samples
     with weight_noise_scope("per_batch"):
       if self.refined:
-        self._refine_samples()
-        means = self.samples.action_means(
+        means = self.refine_samples().action_means(
             tf.repeat(contexts, samples, axis=0)[:, tf.newaxis])     # [seeds * samples, 1, A]
         means = tf.reshape(means, [self.num_seeds, samples, NUM_ACTIONS])
       else:

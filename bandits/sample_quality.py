@@ -98,8 +98,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
   @graph_function
   def refined_eat_means():
     with weight_noise_scope("per_batch"):
-      agent._refine_samples()
-      means = agent.samples.action_means(tf.broadcast_to(
+      means = agent.refine_samples().action_means(tf.broadcast_to(
           all_contexts, [num_seeds * samples] + all_contexts.shape.as_list()))
     return tf.reshape(means[..., mushroom.EAT], [num_seeds, samples, -1])
 
