@@ -43,7 +43,8 @@ _PUBLIC = {
     # Auxiliary variance schedules and the refinement's learning-rate rules.
     "AuxiliarySchedule": "schedule", "LEARNING_RATE_RULES": "schedule",
     # Refinement: Gaussian (refine, Refiner) and Normal / Cauchy auxiliaries of any log joint.
-    "refine": "refine", "Refiner": "refine", "RefinementResult": "refinement_result",
+    "refine": "refine", "Refiner": "refine", "stream_seeds": "refine",
+    "RefinementResult": "refinement_result",
     "refine_non_gaussian": "non_gaussian_refinement", "StableBlock": "stable_auxiliaries",
     "TiltedGaussian": "tilted",
     # The compiled training loop and its public hooks: what a step maximises (Objective), what

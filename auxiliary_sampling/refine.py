@@ -133,6 +133,12 @@ def refinement_variables(members: tf.Module,
   return variables
 
 
+def stream_seeds(seed: int) -> tuple[int, int, int]:
+  """The seeds of refine(seed=...)'s three streams: the members' weight noise (each layer's
+  derived from the first), the auxiliary variables and the minibatches (`Refiner.reseed`)."""
+  return seed, derived_seed(seed, _AUXILIARY_STREAM), derived_seed(seed, _DATA_STREAM)
+
+
 def seed_member_streams(model: tf.Module, seed: int, total_members: int,
                         member_offset: int = 0) -> None:
   """Seeds every layer's noise.
@@ -230,8 +236,8 @@ class Refiner(tf.Module):
 
   def reseed(self, layer_seed: int, auxiliary_seed: int, data_seed: int) -> None:
     """Restarts the members' weight-noise streams (each layer's derived from `layer_seed`), the
-    auxiliary variables' stream and the minibatch stream; `refine` derives all three from its
-    `seed`."""
+    auxiliary variables' stream and the minibatch stream; `refine` reseeds them with
+    `stream_seeds(seed)`."""
     seed_member_streams(self.members, layer_seed, self.total_members, self.member_offset)
     self.auxiliary_noise.set_seed(auxiliary_seed)
     self.loop.reseed(data_seed)
@@ -262,6 +268,7 @@ class Refiner(tf.Module):
     if len(learning_rates) != schedule.num_auxiliary:
       raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
                        "auxiliary variables")
+    steps_per_auxiliary = tf.convert_to_tensor(steps_per_auxiliary, tf.int32)
     load_trained_state(trained_model, self.members)
     for stage, (fraction, learning_rate) in enumerate(zip(schedule.variance_fractions,
                                                           learning_rates), 1):
@@ -322,7 +329,7 @@ class Refiner(tf.Module):
     started = time.perf_counter()
     members, inputs, labels = self.members, self.inputs, self.labels
     load_trained_state(trained_model, members)
-    self.reseed(seed, derived_seed(seed, _AUXILIARY_STREAM), derived_seed(seed, _DATA_STREAM))
+    self.reseed(*stream_seeds(seed))
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,

@@ -6,11 +6,13 @@ import tf_keras
 from scipy.stats import multivariate_normal
 
 from auxiliary_sampling.elbo_estimate import _summed_log_likelihood, estimate_elbo
+from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.refine import Refiner, refine
+from auxiliary_sampling.refine import Refiner, load_trained_state, refine, stream_seeds
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_batches import UniformBatches
 from methods.trainers.background import BackgroundWork
 from methods.trainers.vi import train_mean_field
 
@@ -476,3 +478,45 @@ def test_a_refinement_penalty_enters_the_optimisation_not_the_reported_elbo():
       lambda members: 1e3 * tf.reduce_sum(tf.square(members.chain[0].kernel), axis=[1, 2, 3, 4]))
   assert np.all(penalised < free)
   assert np.all(np.isfinite(result.elbo_aux)) and np.all(result.elbo_aux < 0)
+
+
+@pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10)])
+def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(loop):
+  """A refiner built on a batch source alone refines, in a compiled function, to exactly the
+  members Algorithm 1 written out step by step gives (copy the model; per stage draw a_k for
+  every parameter and condition on it, reset Adam, T steps at the stage's rate: what the bandit
+  did by hand), from the same seeds; a second call draws other samples (nothing reseeded); and
+  refine() on it is refused in one line. Catches conditioning with other fractions, rates other
+  than the stages', Adam not reset per auxiliary variable (planted: the reset removed; fails),
+  and a call that reseeds. (refine() itself differs: its ELBO estimates draw weight noise.)"""
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
+  schedule = AuxiliarySchedule.geometric(0.7, 2)
+  rates = schedule.learning_rates("paper")
+  refiners = []
+  for _ in range(2):
+    refiners.append(Refiner(_mlp, None, None, _gaussian_log_likelihood, num_samples=3,
+                            loop_settings=loop, batches=UniformBatches(x, y, 32)))
+    refiners[-1].reseed(*stream_seeds(3))
+  in_graph, by_hand = refiners
+
+  @graph_function
+  def refined_weights():
+    members = in_graph.refine_in_graph(trained, schedule=schedule, steps_per_auxiliary=15,
+                                       learning_rates=rates)
+    return [tf.identity(v) for v in members.trainable_variables]
+  first = refined_weights()
+  load_trained_state(trained, by_hand.members)
+  for stage, (fraction, rate) in enumerate(zip(schedule.variance_fractions, rates), 1):
+    for parameter in mean_field_parameters(by_hand.members):
+      parameter.condition_on_auxiliary(fraction, schedule.remaining_fraction(stage),
+                                       by_hand.auxiliary_noise.normal(parameter.event_shape))
+    by_hand.loop.update.reset()
+    by_hand.loop.run(tf.constant(15), tf.constant(rate), tf.constant(0.0))
+  for a, b in zip(first, by_hand.members.trainable_variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  second = refined_weights()
+  assert not np.array_equal(first[0].numpy(), second[0].numpy())
+  with pytest.raises(ValueError, match="refine_in_graph"):
+    in_graph.refine(trained, schedule=schedule, steps_per_auxiliary=15)
