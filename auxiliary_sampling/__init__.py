@@ -2,10 +2,10 @@
 
 Havasi, Snoek, Tran, Gordon, Hernandez-Lobato, "Sampling the Variational Posterior with Local
 Refinement", Entropy 2021. A mean-field Gaussian posterior q(w) over a network's weights is
-trained as usual (`ElboMaximizer`); `refine()` then draws each posterior sample through K
-auxiliary variables a_1..K (`AuxiliarySchedule`; the paper's Section 2), refitting q(w | a_1..k)
-after each draw, and returns the refined samples with their bound ELBO_aux (`RefinementResult`;
-Section 3: it is at least the ELBO).
+trained as usual (a `TrainingLoop` of an `ElboObjective` and a `GradientUpdate`); `refine()`
+then draws each posterior sample through K auxiliary variables a_1..K (`AuxiliarySchedule`; the
+paper's Section 2), refitting q(w | a_1..k) after each draw, and returns the refined samples with
+their bound ELBO_aux (`RefinementResult`; Section 3: it is at least the ELBO).
 
 The public surface is importable from here:
 
@@ -43,11 +43,19 @@ _PUBLIC = {
     # Auxiliary variance schedules and the refinement's learning-rate rules.
     "AuxiliarySchedule": "schedule", "LEARNING_RATE_RULES": "schedule",
     # Refinement: Gaussian (refine, Refiner) and Normal / Cauchy auxiliaries of any log joint.
-    "refine": "refine", "Refiner": "refine", "RefinementResult": "refinement_result",
+    "refine": "refine", "Refiner": "refine", "stream_seeds": "refine",
+    "RefinementResult": "refinement_result",
     "refine_non_gaussian": "non_gaussian_refinement", "StableBlock": "stable_auxiliaries",
     "TiltedGaussian": "tilted",
-    # Training the mean-field posterior, and whole-dataset ELBO estimates.
-    "ElboMaximizer": "elbo_maximizer", "Adam": "adam",
+    # The compiled training loop and its public hooks: what a step maximises (Objective), what
+    # it does with it (Update), where its minibatches come from (BatchSource); the ELBO and
+    # Adam on it; whole-dataset ELBO estimates.
+    "TrainingLoop": "training_loop", "Objective": "training_loop", "Update": "training_loop",
+    "ReplicaBatch": "training_loop", "InputTransform": "training_loop",
+    "LoopSettings": "loop_settings",
+    "BatchSource": "training_batches", "UniformBatches": "training_batches",
+    "GroupedBatches": "training_batches",
+    "ElboObjective": "elbo_objective", "GradientUpdate": "elbo_objective", "Adam": "adam",
     "estimate_elbo": "elbo_estimate", "estimate_elbo_terms": "elbo_estimate",
     "ElboTerms": "elbo_estimate",
     "LogLikelihoodFn": "training_data", "check_data": "training_data",

@@ -1,6 +1,6 @@
 """Which rows of the global minibatch this replica holds, so per-example noise splits exactly.
 
-Under data parallelism (`ElboMaximizer` under a `tf.distribute` strategy with
+Under data parallelism (a `TrainingLoop` under a `tf.distribute` strategy with
 R replicas) each replica computes B / R examples of the global batch of B.
 Per-example random numbers (local reparameterisation, Flipout signs, MNF's z)
 are drawn for the whole global batch from the one counter-based stream every
@@ -8,10 +8,12 @@ replica shares, and each replica keeps its own rows. So replica r's examples
 get exactly the numbers they would get on one device, and R replicas train
 exactly as one device does, up to the round-off of summing in another order.
 
-`ElboMaximizer` enters `batch_shard` inside each replica's step; noise draws
+The `TrainingLoop` enters `batch_shard` inside each replica's step; noise draws
 call `global_rows` for the shape to draw and `local_rows` for the rows to
 keep. Outside any shard (one device, evaluation) both are the identity. The
-shard is context-local, because replicas trace their steps in separate threads.
+shard is context, not an argument, because the draws are made inside the
+layers' `call`s (Keras containers pass them only `training` and `mask`), and
+context-local, because replicas trace their steps in separate threads.
 """
 from __future__ import annotations
 

@@ -19,6 +19,8 @@ from typing import Iterator, Optional
 
 import tensorflow as tf
 
+# The innermost recording's list. Context, not an argument: the layers record inside their
+# `call`s, which Keras containers reach with `training` and `mask` only.
 _recorded: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar("linear_calls",
                                                                            default=None)
 

@@ -1,4 +1,4 @@
-"""How `ElboMaximizer` runs its loop: noise drawn inside each step, or ahead of it in chunks for an
+"""How a `TrainingLoop` runs: noise drawn inside each step, or ahead of it in chunks for an
 XLA-compiled step body.
 
 With `noise_chunk_steps=C > 0` every random number a chunk of C steps needs
@@ -10,15 +10,12 @@ transcendentals are slow on CPUs, so the noise must come from outside it
 (one counter per chunk instead of one per step), not their distribution; the
 XLA and the plain chunk see the same numbers and agree to round-off.
 
-Binaries set the settings from their flags for everything built inside
-`loop_settings_scope`; a maximizer reads them when it is built.
+Binaries build the settings from their flags (`common.distribution.loop_settings_of`) and pass
+them to every trainer, which hands them to its `TrainingLoop`.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from typing import Iterator
 
 MAX_NOISE_CHUNK_STEPS = 10_000
 
@@ -27,7 +24,7 @@ MAX_NOISE_CHUNK_STEPS = 10_000
 class LoopSettings:
   """`jit_compile`: compile each chunk of steps with XLA (needs `noise_chunk_steps` > 0 and one
   replica); `noise_chunk_steps`: steps whose noise is drawn together ahead of them (0: each step
-  draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's maximizers
+  draws its own, inside it); `compile_refinement`: with `jit_compile`, refinement's loops
   compile too (each compiles once, for seconds on a CPU: more than a short refinement saves);
   `compile_ensemble`: with `jit_compile`, the deep ensemble's loop compiles too (its members'
   batched products of small networks run slower under XLA on a CPU)."""
@@ -37,11 +34,11 @@ class LoopSettings:
   compile_ensemble: bool = True
 
   def for_refinement(self) -> "LoopSettings":
-    """The settings refinement's maximizer runs under: the same chunks, compiled or not."""
+    """The settings refinement's loop runs under: the same chunks, compiled or not."""
     return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_refinement)
 
   def for_ensemble(self) -> "LoopSettings":
-    """The settings the deep ensemble's maximizer runs under: the same chunks, compiled or not."""
+    """The settings the deep ensemble's loop runs under: the same chunks, compiled or not."""
     return dataclasses.replace(self, jit_compile=self.jit_compile and self.compile_ensemble)
 
   def __post_init__(self):
@@ -51,21 +48,3 @@ class LoopSettings:
     if self.jit_compile and not self.noise_chunk_steps:
       raise ValueError("jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
                        "noise_chunk_steps > 0 with it")
-
-
-_scoped_settings = contextvars.ContextVar("loop_settings", default=LoopSettings())
-
-
-@contextlib.contextmanager
-def loop_settings_scope(settings: LoopSettings) -> Iterator[None]:
-  """Maximizers built inside the block run their loops with `settings`."""
-  token = _scoped_settings.set(settings)
-  try:
-    yield
-  finally:
-    _scoped_settings.reset(token)
-
-
-def current_loop_settings() -> LoopSettings:
-  """The settings of the innermost `loop_settings_scope` (the defaults outside any)."""
-  return _scoped_settings.get()

@@ -97,6 +97,10 @@ class _DrawSupplier:
     return draws
 
 
+# Who answers the layers' draws while a training loop records or supplies them (None: each draw
+# is made where it is asked for). Context, not an argument: the draws are made inside the layers'
+# `call`s, which Keras containers reach with `training` and `mask` only; context-local, because
+# replicas trace their steps in separate threads.
 _draw_plan: contextvars.ContextVar = contextvars.ContextVar("draw_plan", default=None)
 
 

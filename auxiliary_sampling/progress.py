@@ -1,11 +1,14 @@
 """Progress lines of long runs through absl logging: step / total, steps per second, the current
-objective, elapsed time and ETA."""
+objective, elapsed time and ETA; a long loop writes one about every PROGRESS_SECONDS."""
 from __future__ import annotations
 
 import time
 from typing import Optional
 
 from absl import logging
+
+# Wall time between two progress lines of a long loop, whatever its checkpoint interval.
+PROGRESS_SECONDS = 30.0
 
 
 def format_duration(seconds: float) -> str:
@@ -51,7 +54,11 @@ class ProgressLog:
   def log(self, step: int, value: Optional[float] = None, stage: Optional[str] = None) -> None:
     logging.info(self.line(step, value, stage=stage))
 
-  def log_every(self, step: int, seconds: float = 30.0) -> None:
+  def due(self, seconds: float = PROGRESS_SECONDS) -> bool:
+    """Whether `seconds` have passed since the previous line (or the start)."""
+    return time.perf_counter() - self.previous_time >= seconds
+
+  def log_every(self, step: int, seconds: float = PROGRESS_SECONDS) -> None:
     """Logs at `step` if `seconds` have passed since the previous line, and at the last step."""
-    if step >= self.total or time.perf_counter() - self.previous_time >= seconds:
+    if step >= self.total or self.due(seconds):
       self.log(step)

@@ -8,7 +8,7 @@ leading member axis; each member has its own random streams, so the result is
 the same as refining the members one at a time (tested). Under a
 `tf.distribute` strategy (built in its scope) the optimisation is
 data-parallel: every replica holds all M members and a share of each
-minibatch (`ElboMaximizer`), so the members equal one device's.
+minibatch (`TrainingLoop`), so the members equal one device's.
 
 ELBO_aux (paper Eq. 13 with the residual of w kept in q_K):
   ELBO_aux = E_{q_K} log p(y | x, w) - KL(q_K(w) || p(w | a_1..K))
@@ -18,24 +18,28 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import MeanFieldLayer
-from auxiliary_sampling.loop_settings import current_loop_settings
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameters, model_kl,
                                                   num_members_of)
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.parameters import GaussianMeanField
 from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.refinement_result import RefinementResult
-from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.schedule import (PAPER_NUM_AUXILIARY, PAPER_STEPS_PER_AUXILIARY,
+                                         PAPER_VARIANCE_RATIO, AuxiliarySchedule)
+from auxiliary_sampling.training_batches import BatchSource, UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise
 
@@ -129,6 +133,12 @@ def refinement_variables(members: tf.Module,
   return variables
 
 
+def stream_seeds(seed: int) -> tuple[int, int, int]:
+  """The seeds of refine(seed=...)'s three streams: the members' weight noise (each layer's
+  derived from the first), the auxiliary variables and the minibatches (`Refiner.reseed`)."""
+  return seed, derived_seed(seed, _AUXILIARY_STREAM), derived_seed(seed, _DATA_STREAM)
+
+
 def seed_member_streams(model: tf.Module, seed: int, total_members: int,
                         member_offset: int = 0) -> None:
   """Seeds every layer's noise.
@@ -167,14 +177,19 @@ def _stage_subset(inputs: tf.Tensor, labels: tf.Tensor, examples: int
   return tf.gather(inputs, indices), tf.gather(labels, indices), total / examples
 
 
-class Refiner:
+class Refiner(tf.Module):
   """Refines samples (paper Algorithm 1) for one architecture on one dataset, again and again.
 
-  The member model, the conditioning and the maximiser (its compiled loop) are built once, for
+  The member model, the conditioning and the training loop (compiled) are built once, for
   `num_samples` members of a `total_members` run starting at `member_offset`; every `refine`
   call copies a trained model into them and reseeds every stream, so it gives what a fresh
   `refine()` with the same arguments gives (tested) without tracing or compiling again: for
   scripts that refine many trained models or seeds in one process.
+
+  `batches` replaces the uniform minibatches of `inputs` and `labels` the optimisation draws
+  (a bandit's growing per-seed histories, `GroupedBatches`); with it `inputs` and `labels` may
+  be None, and then only `refine_in_graph` runs (`refine` estimates ELBOs on the whole data).
+  A module: a checkpoint of an object holding it holds every stream's state (a bandit agent's).
   """
 
   def __init__(self, model_fn: ModelFn, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
@@ -182,7 +197,10 @@ class Refiner:
                total_members: Optional[int] = None, weight_noise: str = "per_example",
                refit_deterministic: bool = False,
                penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-               input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None):
+               input_transform: Optional[InputTransform] = None,
+               loop_settings: LoopSettings = LoopSettings(),
+               batches: Optional[BatchSource] = None):
+    super().__init__(name="refiner")
     self.num_samples = check_integer("num_samples", num_samples)
     check_weight_noise(weight_noise)
     self.member_offset = check_integer("member_offset", member_offset, minimum=0)
@@ -191,10 +209,16 @@ class Refiner:
     if self.member_offset + self.num_samples > self.total_members:
       raise ValueError(f"members [{self.member_offset}, {self.member_offset + self.num_samples}) "
                        f"do not fit in total_members={self.total_members}")
-    self.inputs, self.labels = check_data(inputs, labels)
+    self.inputs, self.labels = (None, None) if batches is not None and inputs is None else (
+        check_data(inputs, labels))
     self.log_likelihood_fn = log_likelihood_fn
     self.members = model_fn(self.num_samples)
-    self.members(self.inputs[:1])
+    if batches is None:
+      batches = UniformBatches(self.inputs, self.labels, batch_size)
+      self.members(self.inputs[:1])
+    else:   # built on each member's first row
+      self.members(batches.gather(batches.inputs,
+                                  tf.zeros([*batches.batch_shape[:-1], 1], tf.int64)))
     built_members = num_members_of(self.members)
     if built_members != self.num_samples:
       raise ValueError(f"model_fn({self.num_samples}) built a model with {built_members} members")
@@ -205,18 +229,61 @@ class Refiner:
     if penalty_fn is not None:
       def kl_fn():
         return model_kl(self.members) + penalty_fn(self.members)
-    self.maximizer = ElboMaximizer(
-        self.members, self.inputs, self.labels, log_likelihood_fn,
-        variables=refinement_variables(self.members, refit_deterministic), batch_size=batch_size,
-        weight_noise=weight_noise, kl_fn=kl_fn, input_transform=input_transform,
-        loop_settings=current_loop_settings().for_refinement())
+    self.loop = TrainingLoop(
+        ElboObjective(self.members, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise),
+        GradientUpdate(Adam(refinement_variables(self.members, refit_deterministic))),
+        batches, input_transform=input_transform, loop_settings=loop_settings.for_refinement())
 
-  @graph_function
-  def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
+  def reseed(self, layer_seed: int, auxiliary_seed: int, data_seed: int) -> None:
+    """Restarts the members' weight-noise streams (each layer's derived from `layer_seed`), the
+    auxiliary variables' stream and the minibatch stream; `refine` reseeds them with
+    `stream_seeds(seed)`."""
+    seed_member_streams(self.members, layer_seed, self.total_members, self.member_offset)
+    self.auxiliary_noise.set_seed(auxiliary_seed)
+    self.loop.reseed(data_seed)
+
+  def _conditioned(self, variance_fraction, remaining_fraction) -> tf.Tensor:
     """Draws a_k for every parameter and conditions on it; the summed log q(a_k) / p(a_k)."""
     return tf.add_n([p.condition_on_auxiliary(variance_fraction, remaining_fraction,
                                               self.auxiliary_noise.normal(p.event_shape))
                      for p in self.parameters])
+
+  @graph_function
+  def _condition(self, variance_fraction, remaining_fraction) -> tf.Tensor:
+    """`_conditioned` as one compiled call."""
+    return self._conditioned(variance_fraction, remaining_fraction)
+
+  def refine_in_graph(self, trained_model: tf.Module, *, schedule: AuxiliarySchedule,
+                      steps_per_auxiliary, learning_rates: Sequence[float]) -> tf.Module:
+    """Algorithm 1 as ops a caller's compiled function runs: copies `trained_model` into the
+    members, then for each auxiliary variable draws it, conditions on it and takes
+    `steps_per_auxiliary` (an integer or a scalar tensor; 0: none) Adam steps at its learning
+    rate, Adam reset for each; returns the members.
+
+    Unlike `refine`, it reseeds nothing (every stream goes on from the previous call: fresh
+    samples each time), estimates no ELBO, and may start from a model of S members for M = r * S
+    (member m from member m // r): a Thompson sampler refines fresh samples at every decision
+    this way (`bandits.agents`).
+    """
+    if len(learning_rates) != schedule.num_auxiliary:
+      raise ValueError(f"got {len(learning_rates)} learning rates for K={schedule.num_auxiliary} "
+                       "auxiliary variables")
+    steps_per_auxiliary = tf.convert_to_tensor(steps_per_auxiliary, tf.int32)
+    load_trained_state(trained_model, self.members)
+    for stage, (fraction, learning_rate) in enumerate(zip(schedule.variance_fractions,
+                                                          learning_rates), 1):
+      # Both fractions in float64, exact remainder included: the model casts them to its dtype.
+      self._conditioned(tf.constant(fraction, tf.float64),
+                        tf.constant(schedule.remaining_fraction(stage), tf.float64))
+      self.loop.update.reset()
+      self.loop.run(steps_per_auxiliary, tf.constant(learning_rate, tf.float32),
+                    tf.constant(0.0))
+    return self.members
+
+  def _check_whole_data(self) -> None:
+    if self.inputs is None:
+      raise ValueError("this refiner was built on a batch source without the whole data, which "
+                       "refine and prepare estimate ELBOs on; allowed: refine_in_graph")
 
   def prepare(self, elbo_batch_size: int = 1024, elbo_num_samples: int = 1) -> float:
     """Traces (and under jit_compile compiles) every computation a `refine` call runs, by running
@@ -227,26 +294,29 @@ class Refiner:
     `refine` call will use (they are traced in). The members' variables are this refiner's own,
     so this can run on another thread while the model to refine is still training.
     """
+    self._check_whole_data()
     started = time.perf_counter()
     self._condition(tf.constant(0.5, tf.float64), tf.constant(0.5, tf.float64))
     # `run` as `maximize` calls it, without its finiteness check: these members hold no trained
     # model yet, and whatever their ELBO is, it says nothing about the refinement to come.
-    self.maximizer.optimizer.reset()
-    self.maximizer.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
+    self.loop.update.reset()
+    self.loop.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
                        tf.zeros([self.num_samples], tf.float32))
     estimate_elbo_terms(self.members, self.inputs, self.labels, self.log_likelihood_fn,
                         elbo_batch_size, elbo_num_samples)
     return time.perf_counter() - started
 
   def refine(self, trained_model: tf.Module, *, schedule: Optional[AuxiliarySchedule] = None,
-             steps_per_auxiliary: int = 200, learning_rate_rule: str = "paper",
+             steps_per_auxiliary: int = PAPER_STEPS_PER_AUXILIARY,
+             learning_rate_rule: str = "paper",
              learning_rates: Optional[list[float]] = None, seed: int = 0,
              elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
              stage_elbo_aux: bool = False, stage_elbo_examples: int = 0) -> RefinementResult:
     """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
+    self._check_whole_data()
     stage_elbo_examples = check_integer("stage_elbo_examples", stage_elbo_examples, minimum=0)
     steps_per_auxiliary = check_integer("steps_per_auxiliary", steps_per_auxiliary, minimum=0)
-    schedule = schedule or AuxiliarySchedule.geometric(0.7, 5)
+    schedule = schedule or AuxiliarySchedule.geometric(PAPER_VARIANCE_RATIO, PAPER_NUM_AUXILIARY)
     if learning_rates is None:
       learning_rates = schedule.learning_rates(learning_rate_rule)
     elif len(learning_rates) != schedule.num_auxiliary:
@@ -259,11 +329,9 @@ class Refiner:
     started = time.perf_counter()
     members, inputs, labels = self.members, self.inputs, self.labels
     load_trained_state(trained_model, members)
-    seed_member_streams(members, seed, self.total_members, self.member_offset)
+    self.reseed(*stream_seeds(seed))
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
-    self.auxiliary_noise.set_seed(derived_seed(seed, _AUXILIARY_STREAM))
-    self.maximizer.reseed(derived_seed(seed, _DATA_STREAM))
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
                                  elbo_num_samples)
     stage_data = _stage_subset(inputs, labels, stage_elbo_examples)
@@ -297,12 +365,19 @@ class Refiner:
       log_ratios.append(log_ratio)
       if steps_per_auxiliary:
         stage_started = time.perf_counter()
-        traces.append(self.maximizer.maximize(steps_per_auxiliary, learning_rate,
-                                              elbo_offset=cumulative_log_ratio,
-                                              reset_optimizer=True))
+        stage_name = f"auxiliary variable {stage}/{schedule.num_auxiliary}"
+        stage_first_step = (stage - 1) * steps_per_auxiliary
+
+        def report(done: int, trace: np.ndarray, first_step: int = stage_first_step,
+                   stage_name: str = stage_name) -> None:
+          """A progress line inside a long stage (about every 30 s)."""
+          progress.log(first_step + done, float(np.mean(trace[-20:])), stage=stage_name)
+        traces.append(self.loop.maximize(steps_per_auxiliary, learning_rate,
+                                         elbo_offset=cumulative_log_ratio,
+                                         reset_optimizer=True, progress=report))
         optimise_seconds.append(time.perf_counter() - stage_started)
         progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
-                     stage=f"auxiliary variable {stage}/{schedule.num_auxiliary}")
+                     stage=stage_name)
       # On the whole data, the last stage's is the final estimate below.
       if stage_elbo_aux and (stage < schedule.num_auxiliary or stage_data is not None):
         measured = time.perf_counter()
@@ -335,7 +410,8 @@ class Refiner:
 
 def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            log_likelihood_fn: LogLikelihoodFn, *, num_samples: int = 10,
-           schedule: Optional[AuxiliarySchedule] = None, steps_per_auxiliary: int = 200,
+           schedule: Optional[AuxiliarySchedule] = None,
+           steps_per_auxiliary: int = PAPER_STEPS_PER_AUXILIARY,
            learning_rate_rule: str = "paper", learning_rates: Optional[list[float]] = None,
            batch_size: int = 256, seed: int = 0, member_offset: int = 0,
            total_members: Optional[int] = None, elbo_batch_size: int = 1024,
@@ -343,8 +419,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            stage_elbo_aux: bool = False, stage_elbo_examples: int = 0,
            refit_deterministic: bool = False,
            penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
-           input_transform: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
-           ) -> RefinementResult:
+           input_transform: Optional[InputTransform] = None,
+           loop_settings: LoopSettings = LoopSettings()) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -353,8 +429,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     inputs, labels: the training data (in memory), N examples.
     log_likelihood_fn: (labels, outputs) -> per-example log p(y | x, w), [M, batch].
     num_samples: M, the number of refined samples.
-    schedule: auxiliary variances; default geometric, ratio 0.7, K = 5 (paper).
-    steps_per_auxiliary: T, Adam steps after each auxiliary variable.
+    schedule: auxiliary variances; default the paper's, geometric with ratio
+      PAPER_VARIANCE_RATIO (0.7) and K = PAPER_NUM_AUXILIARY (5).
+    steps_per_auxiliary: T, Adam steps after each auxiliary variable (the paper's 200).
     learning_rate_rule: 'paper' or 'authors_code' (ignored if `learning_rates` given).
     learning_rates: explicit Adam learning rate per auxiliary variable.
     batch_size: minibatch size of the conditional-ELBO optimisation.
@@ -386,13 +463,14 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
       on deterministic kernels); not part of the reported ELBOs.
     input_transform: augments every optimisation batch (as VI's training
       did); the ELBO estimates use the data as given.
+    loop_settings: how the optimisation's loop runs (its `for_refinement()`).
   """
   started = time.perf_counter()
   refiner = Refiner(model_fn, inputs, labels, log_likelihood_fn, num_samples=num_samples,
                     batch_size=batch_size, member_offset=member_offset,
                     total_members=total_members, weight_noise=weight_noise,
                     refit_deterministic=refit_deterministic, penalty_fn=penalty_fn,
-                    input_transform=input_transform)
+                    input_transform=input_transform, loop_settings=loop_settings)
   result = refiner.refine(trained_model, schedule=schedule, steps_per_auxiliary=steps_per_auxiliary,
                           learning_rate_rule=learning_rate_rule, learning_rates=learning_rates,
                           seed=seed, elbo_batch_size=elbo_batch_size,

@@ -9,10 +9,11 @@ agent's variants), so one computation serves every seed:
 
   vi_ts       Thompson sampling: the mean of `num_thompson_samples` weight draws
               from the mean-field posterior picks the action;
-  refined_ts  the same with refined samples (Algorithm 1 with K = 1): for each
-              draw, a1 ~ q(a1), then q(w | a1) is refined for `refine_steps`
-              on the history against p(w | a1); the refined sample is used
-              once and discarded (the mean-field model is not changed);
+  refined_ts  the same with refined samples (Algorithm 1 with K = 1, the library's
+              `Refiner.refine_in_graph`): for each draw, a1 ~ q(a1), then
+              q(w | a1) is refined for `refine_steps` on the history against
+              p(w | a1); the refined sample is used once and discarded (the
+              mean-field model is not changed);
   eps_greedy  the maximum-likelihood network's greedy action, a uniformly random
               one with probability epsilon (one member per epsilon and seed);
   svgd_ts,    Thompson sampling with a particle posterior (not in the paper; the
@@ -22,8 +23,8 @@ agent's variants), so one computation serves every seed:
               particles picks the action.
 
 The mean-field models and their refinement are `auxiliary_sampling`'s
-layers, `ElboMaximizer` (over growing per-member histories) and the
-parameters' own conditioning; nothing of the algorithm is written here.
+layers, its `TrainingLoop` over growing per-member histories (`GroupedBatches`)
+and its `Refiner`; nothing of the algorithm is written here.
 """
 from __future__ import annotations
 
@@ -32,19 +33,23 @@ from typing import Optional, Sequence
 import tensorflow as tf
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import current_loop_settings
-from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.noise import MemberNoise, derived_seed
-from auxiliary_sampling.refine import load_trained_state, refinement_variables, seed_member_streams
+from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.refine import Refiner, seed_member_streams
+from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_batches import GroupedBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
 from bandits.mushroom import EAT, NUM_ACTIONS, NUM_FEATURES, PASS
+from common.distribution import loop_settings_of
 from methods.trainers.deep_ensemble import MemberDense, independent_member_initializer
 from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from methods.trainers.particles import FunctionSpaceSettings, ParticleMaximizer, ParticleNetwork
+from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork,
+                                        particle_batch_rows, particle_loop)
 
 # Stream identifiers mixed into the run seed.
 _MODEL_STREAM, _REFINED_STREAM, _AUXILIARY_STREAM, _DATA_STREAM, _EXPLORE_STREAM = range(1, 6)
@@ -177,16 +182,20 @@ class Agent(tf.Module):
     self.shared_history = shared_history
     self.history = History(self.num_seeds if shared_history else self.num_members,
                            config.horizon, num_features)
-    self.maximizer = self._maximizer(bayesian)
+    # --jit_compile and --noise_chunk_steps: how every training loop of the agent runs.
+    self.loop_settings = loop_settings_of(config)
+    self.loop = self._training_loop(bayesian)
 
-  def _maximizer(self, bayesian: bool) -> ElboMaximizer:
-    """What updates the reward models after each reward: the ELBO (or likelihood) by Adam."""
+  def _training_loop(self, bayesian: bool) -> TrainingLoop:
+    """What updates the reward models after each reward: the ELBO (or likelihood) by Adam, each
+    member on its own batches of its history."""
     kl_fn = None if bayesian else (lambda: tf.zeros([self.num_members]))
-    return ElboMaximizer(
-        self.model, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
-        variables=self.model.trainable_variables, batch_size=self.config.batch_size,
-        data_seed=derived_seed(self.run_seed, _DATA_STREAM), kl_fn=kl_fn,
-        member_batches=self.num_members, grouped_data=True, num_examples=self.history.count)
+    return TrainingLoop(
+        ElboObjective(self.model, gaussian_head_log_likelihood, kl_fn=kl_fn),
+        GradientUpdate(Adam(self.model.trainable_variables)),
+        GroupedBatches(self.history.inputs, self.history.rewards, self.config.batch_size,
+                       self.num_members, num_examples=self.history.count),
+        data_seed=derived_seed(self.run_seed, _DATA_STREAM), loop_settings=self.loop_settings)
 
   @property
   def line_names(self) -> list[str]:
@@ -222,7 +231,7 @@ class Agent(tf.Module):
     objective estimate per member (ELBO, or log-likelihood for point weights)."""
     rows = contexts if self.shared_history else self._member_contexts(contexts)
     self.history.append(rows, tf.reshape(actions, [-1]), tf.reshape(rewards, [-1]))
-    trace, _ = self.maximizer.run(tf.constant(self.config.update_steps),
+    trace, _ = self.loop.run(tf.constant(self.config.update_steps),
                                   tf.constant(self.config.learning_rate), tf.constant(0.0))
     return trace[-1]
 
@@ -246,33 +255,36 @@ class ThompsonAgent(Agent):
     self.refined = refined
     if not refined:
       return
-    samples = config.num_thompson_samples
-    self.num_samples = self.num_members * samples
-    # Its initial values never matter: every refinement starts from a copy of the model.
-    self.samples = reward_model(config, self.num_samples, True, 0, num_features)
-    self.samples(tf.zeros([self.num_samples, 1, num_features + 1]))
-    seed_member_streams(self.samples, derived_seed(run_seed, _REFINED_STREAM), self.num_samples)
-    self.auxiliary_noise = MemberNoise(self.num_samples, name="auxiliary_noise",
-                                       initial_seed=derived_seed(run_seed, _AUXILIARY_STREAM))
-    # Each sample refines on its seed's history: groups of `samples` members share one.
-    self.refiner = ElboMaximizer(
-        self.samples, self.history.inputs, self.history.rewards, gaussian_head_log_likelihood,
-        variables=refinement_variables(self.samples), batch_size=config.batch_size,
-        data_seed=derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM),
-        member_batches=self.num_samples, grouped_data=True, num_examples=self.history.count,
-        loop_settings=current_loop_settings().for_refinement())
+    self.num_samples = self.num_members * config.num_thompson_samples
+    self.schedule = AuxiliarySchedule.explicit([config.auxiliary_variance_fraction])
 
-  def _refine_samples(self) -> None:
+    def samples_model(num_samples: int) -> RewardModel:
+      """The samples' network; its initial values never matter: every refinement starts from a
+      copy of the model."""
+      return reward_model(config, num_samples, True, 0, num_features)
+    # Each sample refines on its seed's history: groups of `samples` members share one.
+    self.refiner = Refiner(
+        samples_model, None, None, gaussian_head_log_likelihood, num_samples=self.num_samples,
+        loop_settings=self.loop_settings,
+        batches=GroupedBatches(self.history.inputs, self.history.rewards, config.batch_size,
+                               self.num_samples, num_examples=self.history.count))
+    # Its streams are seeded once and go on from one decision to the next.
+    self.refiner.reseed(derived_seed(run_seed, _REFINED_STREAM),
+                        derived_seed(run_seed, _AUXILIARY_STREAM),
+                        derived_seed(run_seed, _REFINED_STREAM, _DATA_STREAM))
+
+  @property
+  def samples(self) -> RewardModel:
+    """The refined samples of the latest decision, [seeds * num_thompson_samples] members."""
+    return self.refiner.members
+
+  def refine_samples(self) -> RewardModel:
     """Refines `num_thompson_samples` samples per seed from the current q (Algorithm 1, K = 1);
     before the first observation there is nothing to refine on, and q(w | a1) is used as is."""
-    load_trained_state(self.model, self.samples)
-    fraction = self.config.auxiliary_variance_fraction
-    for parameter in mean_field_parameters(self.samples):
-      parameter.condition_on_auxiliary(fraction, 1.0 - fraction,
-                                       self.auxiliary_noise.normal(parameter.event_shape))
-    self.refiner.optimizer.reset()
     num_steps = tf.where(self.history.count > 0, self.config.refine_steps, 0)
-    self.refiner.run(num_steps, tf.constant(self.config.learning_rate), tf.constant(0.0))
+    return self.refiner.refine_in_graph(self.model, schedule=self.schedule,
+                                        steps_per_auxiliary=num_steps,
+                                        learning_rates=[self.config.learning_rate])
 
   @graph_function
   def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -280,8 +292,7 @@ class ThompsonAgent(Agent):
     samples = self.config.num_thompson_samples
     with weight_noise_scope("per_batch"):
       if self.refined:
-        self._refine_samples()
-        means = self.samples.action_means(
+        means = self.refine_samples().action_means(
             tf.repeat(contexts, samples, axis=0)[:, tf.newaxis])     # [seeds * samples, 1, A]
         means = tf.reshape(means, [self.num_seeds, samples, NUM_ACTIONS])
       else:
@@ -331,15 +342,19 @@ class ParticleThompsonAgent(Agent):
                      config.num_particles, run_seed, bayesian=False, shared_history=True)
     self.choice_seed = derived_seed(run_seed, _EXPLORE_STREAM)
 
-  def _maximizer(self, bayesian: bool) -> ElboMaximizer:
+  def _training_loop(self, bayesian: bool) -> TrainingLoop:
     del bayesian
     network = ParticleNetwork(self.model.network_layers, self.model.noise,
                               self.model.network_inputs, self.model.action_value,
                               weight_prior_scale=self.config.prior_scale)
-    return ParticleMaximizer(
-        self.model, self.history.inputs, self.history.rewards, batch_size=self.config.batch_size,
-        data_seed=derived_seed(self.run_seed, _DATA_STREAM), function_space=self.function_space,
-        network=network, grouped_data=True, num_examples=self.history.count)
+    batches = GroupedBatches(
+        self.history.inputs, self.history.rewards,
+        particle_batch_rows(self.config.batch_size, self.function_space), self.num_members,
+        num_examples=self.history.count, shared_by_group=True)
+    return particle_loop(self.model, batches, batch_size=self.config.batch_size,
+                         data_seed=derived_seed(self.run_seed, _DATA_STREAM),
+                         function_space=self.function_space, network=network,
+                         loop_settings=self.loop_settings)
 
   @graph_function
   def decide(self, contexts: tf.Tensor, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

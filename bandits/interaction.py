@@ -180,13 +180,16 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
     _check_finite(agent.name, step + 1, gap, objective)
     actions[:, :, step], rewards[:, :, step], gaps[:, :, step] = chosen, paid, gap
     done = step + 1
-    if done % config.steps_per_checkpoint == 0 or done == horizon:
+    checkpoint_due = done % config.steps_per_checkpoint == 0 or done == horizon
+    if checkpoint_due:
       record.actions.assign(actions)
       record.rewards.assign(rewards)
       record.predicted_gap.assign(gaps)
       record.step.assign(done)
       record.seconds.assign(seconds_before + time.perf_counter() - started)
       manager.save(checkpoint_number=done)
+    # A line at every checkpoint, and about every PROGRESS_SECONDS between them.
+    if checkpoint_due or progress.due():
       expected = _expected_regret(edible_rows[:, None, :done], actions[:, :, :done])
       progress.log(done, float(np.mean(np.sum(expected, axis=-1))))
   edible = edible_rows[:, None, :]

@@ -81,7 +81,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
                               .astype(np.float32))
   agent.history.rewards.assign(rewards[..., None])
   agent.history.count.assign(config.num_observations)
-  trace, _ = agent.maximizer.run(tf.constant(config.training_steps),
+  trace, _ = agent.loop.run(tf.constant(config.training_steps),
                                  tf.constant(config.learning_rate), tf.constant(0.0))
   all_contexts = tf.constant(mushrooms.contexts, tf.float32)
   samples = config.num_thompson_samples
@@ -98,8 +98,7 @@ def measure(config: SampleQualityConfig, mushrooms) -> dict:
   @graph_function
   def refined_eat_means():
     with weight_noise_scope("per_batch"):
-      agent._refine_samples()
-      means = agent.samples.action_means(tf.broadcast_to(
+      means = agent.refine_samples().action_means(tf.broadcast_to(
           all_contexts, [num_seeds * samples] + all_contexts.shape.as_list()))
     return tf.reshape(means[..., mushroom.EAT], [num_seeds, samples, -1])
 

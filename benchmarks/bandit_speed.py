@@ -29,12 +29,10 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from auxiliary_sampling.loop_settings import loop_settings_scope
 from bandits import mushroom
 from bandits.agents import make_agent
 from bandits.config import AGENTS, PAPER_AGENTS, BanditConfig
 from runner import cli
-from common.distribution import loop_settings_of
 from common.results import write_results, write_text_atomically
 
 flags.DEFINE_string("output_dir", None, "Where results.json goes.")
@@ -73,10 +71,9 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
   agents = {}
   for loop in loops:
     loop_config = dataclasses.replace(config, **LOOPS[loop])
-    # Built as the binary builds them: under the config's loop settings.
-    with loop_settings_scope(loop_settings_of(loop_config)):
-      for name in agent_names:
-        agents[loop, name] = make_agent(name, loop_config, mushroom.NUM_FEATURES)
+    # Built as the binary builds them: their loops run as the config's loop settings say.
+    for name in agent_names:
+      agents[loop, name] = make_agent(name, loop_config, mushroom.NUM_FEATURES)
 
   def contexts_and_rewards():
     rows = rng.integers(0, len(mushrooms.edible), num_seeds)
@@ -111,7 +108,7 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
         "update_ms_per_adam_step": 1e3 * observe / config.update_steps,
         "projected_hours_for_horizon": horizon * step_seconds / 3600,
         # What the agent's update loop was built with (not the flags asked for).
-        "update_loop_compiled": bool(agents[loop, name].maximizer.loop_settings.jit_compile),
+        "update_loop_compiled": bool(agents[loop, name].loop.loop_settings.jit_compile),
     }
     if name == "refined_ts":
       metrics[loop][name]["refine_ms_per_adam_step"] = 1e3 * choose / config.refine_steps

@@ -6,7 +6,7 @@
 Side by side in one run, rounds interleaved so that machine load hits every
 variant alike: the UCI network (13 inputs, 50 ReLU units, batch 256 of 455
 examples; op-bound, so per-step overhead shows most) trained by
-`ElboMaximizer` for `--steps` steps after a warm-up, in a fresh process per
+the training loop for `--steps` steps after a warm-up, in a fresh process per
 measurement (with the number of ops in the compiled loop's graph: the
 default path should have exactly the baseline's):
   baseline        the code at `--baseline_ref` (checked out in a temporary
@@ -34,7 +34,8 @@ from common.results import (git_commit, machine_description, write_json_atomical
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Runs inside the tree being measured; uses only the API every version has.
+# Runs inside the tree being measured: the training loop's API, or a baseline commit's older
+# `ElboMaximizer`.
 _TIMING_SCRIPT = r"""
 import json, os, sys, time
 import numpy as np
@@ -45,7 +46,6 @@ if devices:
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(devices)])
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.layers import DenseReparameterization
 steps, warmup = int(sys.argv[1]), int(sys.argv[2])
 strategy = (tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
@@ -59,8 +59,18 @@ with strategy.scope():
   model = tf_keras.Sequential([DenseReparameterization(50, activation="relu"),
                                DenseReparameterization(1)])
   model(x[:1])
-  maximizer = ElboMaximizer(model, x, y, log_likelihood, model.trainable_variables,
-                            batch_size=256, data_seed=0)
+  try:
+    from auxiliary_sampling.adam import Adam
+    from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+    from auxiliary_sampling.training_batches import UniformBatches
+    from auxiliary_sampling.training_loop import TrainingLoop
+    maximizer = TrainingLoop(ElboObjective(model, log_likelihood),
+                             GradientUpdate(Adam(model.trainable_variables)),
+                             UniformBatches(x, y, 256), data_seed=0)
+  except ImportError:
+    from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+    maximizer = ElboMaximizer(model, x, y, log_likelihood, model.trainable_variables,
+                              batch_size=256, data_seed=0)
 maximizer.maximize(warmup, 1e-3)
 graph = maximizer.run.get_concrete_function(
     tf.constant(1), tf.constant(1e-3), tf.constant(0.0)).graph.as_graph_def()

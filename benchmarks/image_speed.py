@@ -71,10 +71,13 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.adam import Adam
+  from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
   from auxiliary_sampling.loop_settings import LoopSettings
   from auxiliary_sampling.model_parameters import mean_field_parameters
   from auxiliary_sampling.predictive import categorical_log_likelihood
+  from auxiliary_sampling.training_batches import UniformBatches
+  from auxiliary_sampling.training_loop import TrainingLoop
   from methods.trainers.mnf import mnf_kl
   from common import images
   from image import lenet
@@ -98,7 +101,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     def timed(num_steps):
       run(tf.constant(num_steps)).numpy()
   else:
-    kwargs = {}
+    kl_fn, members, loop_settings = None, None, None
     if name in ("vi", "vi_xla"):
       model = lenet.mean_field_lenet5()
     elif name in ("refine", "refine_xla"):
@@ -106,19 +109,21 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     elif name == "deep_ensemble":
       model = lenet.ensemble_lenet5(PAPER_MEMBERS)
       zero = tf.zeros([PAPER_MEMBERS])
-      kwargs = dict(kl_fn=lambda: zero, member_batches=PAPER_MEMBERS)
+      kl_fn, members = (lambda: zero), PAPER_MEMBERS
     else:
       model = lenet.mnf_lenet5()
-      kwargs = dict(kl_fn=lambda: mnf_kl(model))
+      kl_fn = lambda: mnf_kl(model)  # noqa: E731
     model(x[:1])
     variables = ([v for p in mean_field_parameters(model) for v in p.posterior_variables]
                  if name.startswith("refine") else model.trainable_variables)
     if name.endswith("_xla"):
-      kwargs["loop_settings"] = LoopSettings(jit_compile=True, noise_chunk_steps=XLA_CHUNK_STEPS)
-    maximizer = ElboMaximizer(model, x, y, categorical_log_likelihood, variables, batch, **kwargs)
+      loop_settings = LoopSettings(jit_compile=True, noise_chunk_steps=XLA_CHUNK_STEPS)
+    loop = TrainingLoop(ElboObjective(model, categorical_log_likelihood, kl_fn=kl_fn),
+                        GradientUpdate(Adam(variables)),
+                        UniformBatches(x, y, batch, members=members), loop_settings=loop_settings)
 
     def timed(num_steps):
-      maximizer.maximize(num_steps, 1e-3)
+      loop.maximize(num_steps, 1e-3)
   timed(3)
   started = time.perf_counter()
   timed(steps)

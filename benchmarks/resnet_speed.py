@@ -141,28 +141,32 @@ def measure(name: str, image_shape: tuple[int, ...], steps: int) -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.adam import Adam
+  from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
   from auxiliary_sampling.predictive import categorical_log_likelihood
+  from auxiliary_sampling.training_batches import UniformBatches
+  from auxiliary_sampling.training_loop import TrainingLoop
   rng = np.random.default_rng(0)
   images = rng.normal(size=(2 * BATCH,) + image_shape).astype(np.float32)
   labels = rng.integers(0, 10, size=2 * BATCH).astype(np.int32)
   if name == "tfp_vi_hybrid_bn":
     return _measure_tfp(image_shape, images, labels, steps)
   model, variables = _model_and_variables(name, images)
-  kwargs = {}
+  kl_fn, members = None, None
   if name == "ensemble_bn":
     zero = tf.zeros([MEMBERS])
-    kwargs = dict(kl_fn=lambda: zero, member_batches=MEMBERS)
+    kl_fn, members = (lambda: zero), MEMBERS
   flops = _forward_backward_flops(
       model, variables,
       tf.constant(images[:BATCH] if name != "ensemble_bn" else
                   np.broadcast_to(images[:BATCH], (MEMBERS, BATCH) + image_shape)),
       tf.constant(labels[:BATCH]))
-  maximizer = ElboMaximizer(model, images, labels, categorical_log_likelihood, variables, BATCH,
-                            **kwargs)
-  maximizer.maximize(2, 1e-3)
+  loop = TrainingLoop(ElboObjective(model, categorical_log_likelihood, kl_fn=kl_fn),
+                      GradientUpdate(Adam(variables)),
+                      UniformBatches(images, labels, BATCH, members=members))
+  loop.maximize(2, 1e-3)
   started = time.perf_counter()
-  maximizer.maximize(steps, 1e-3)
+  loop.maximize(steps, 1e-3)
   return {"seconds_per_step": (time.perf_counter() - started) / steps, "flops_per_step": flops,
           "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 

@@ -19,7 +19,7 @@ ReLU hidden layer:
             the 117-100-100-2 mean-field network, Gaussian likelihood of fixed
             scale 1, KL over the number of observations.
 Variants:
-  ours                  our library's loop (`ElboMaximizer` and the baselines'
+  ours                  our library's loop (`TrainingLoop` and the trainers'
                         layers), noise drawn inside each step;
   ours_chunked          the same with --noise_chunk_steps=100: indices and noise
                         drawn ahead for 100 steps at a time;
@@ -119,14 +119,17 @@ def _gaussian_log_likelihood(labels, outputs):
 
 
 def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: bool = False):
-  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), its model and maximizer;
+  """Our library's loop for `workload` (a `plain_tf2_loops.Loop`), its model and `TrainingLoop`;
   `chunked`: its noise drawn ahead in 100-step chunks; `xla`: each chunk compiled by XLA too
   (`--jit_compile`)."""
   import tensorflow as tf
   import tf_keras
-  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.adam import Adam
+  from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
   from auxiliary_sampling.layers import DenseReparameterization
   from auxiliary_sampling.loop_settings import LoopSettings
+  from auxiliary_sampling.training_batches import UniformBatches
+  from auxiliary_sampling.training_loop import TrainingLoop
   from methods.trainers import deep_ensemble
   from methods.trainers import mnf
   from methods.trainers.gaussian_head import gaussian_head_log_likelihood
@@ -135,54 +138,57 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   seed_everything(seed)
   settings = LoopSettings(jit_compile=xla, noise_chunk_steps=CHUNK if chunked or xla else 0)
   if workload == "bandit":
-    model, maximizer = _bandit_update(inputs, labels, seed, settings)
+    model, loop = _bandit_update(inputs, labels, seed, settings)
   elif workload == "vi":
     model = tf_keras.Sequential([
         DenseReparameterization(HIDDEN, activation="relu", trainable_prior_scale=False),
         DenseReparameterization(1, trainable_prior_scale=False)])
     model(inputs[:1])
-    maximizer = ElboMaximizer(model, inputs, labels, _gaussian_log_likelihood,
-                              model.trainable_variables, BATCH, data_seed=seed,
-                              loop_settings=settings)
+    loop = TrainingLoop(ElboObjective(model, _gaussian_log_likelihood),
+                        GradientUpdate(Adam(model.trainable_variables)),
+                        UniformBatches(inputs, labels, BATCH), data_seed=seed,
+                        loop_settings=settings)
   elif workload == "mnf":
     model = mnf.regression_mnf(HIDDEN, seed=seed)
     model(inputs[:1])
-    maximizer = ElboMaximizer(model, inputs, labels, _gaussian_log_likelihood,
-                              model.trainable_variables, BATCH, data_seed=seed,
-                              kl_fn=lambda: mnf.mnf_kl(model), loop_settings=settings)
+    loop = TrainingLoop(ElboObjective(model, _gaussian_log_likelihood,
+                                      kl_fn=lambda: mnf.mnf_kl(model)),
+                        GradientUpdate(Adam(model.trainable_variables)),
+                        UniformBatches(inputs, labels, BATCH), data_seed=seed,
+                        loop_settings=settings)
   else:
     model = deep_ensemble.regression_ensemble(ENSEMBLE_MEMBERS, HIDDEN, seed=seed)
     model(inputs[:1])
     no_kl = tf.zeros([ENSEMBLE_MEMBERS])
-    maximizer = deep_ensemble.AdversarialMaximizer(
-        model, inputs, labels, gaussian_head_log_likelihood, model.trainable_variables, BATCH,
-        data_seed=seed, kl_fn=lambda: no_kl, member_batches=ENSEMBLE_MEMBERS,
-        epsilon=ADVERSARIAL_EPSILON, loop_settings=settings)
+    loop = TrainingLoop(deep_ensemble.AdversarialObjective(
+        model, gaussian_head_log_likelihood, lambda: no_kl, ADVERSARIAL_EPSILON),
+                        GradientUpdate(Adam(model.trainable_variables)),
+                        UniformBatches(inputs, labels, BATCH, members=ENSEMBLE_MEMBERS),
+                        data_seed=seed, loop_settings=settings)
 
   def run(num_steps):
-    return maximizer.run(tf.constant(num_steps), tf.constant(LEARNING_RATE), tf.constant(0.0))[0]
+    return loop.run(tf.constant(num_steps), tf.constant(LEARNING_RATE), tf.constant(0.0))[0]
 
-  return plain_tf2_loops.Loop(run, maximizer.tracing_count), model, maximizer
+  return plain_tf2_loops.Loop(run, loop.tracing_count), model, loop
 
 
 def _bandit_update(inputs, labels, seed: int, settings) -> tuple:
-  """(reward model, maximizer) of a vi_ts agent built by the bandit's code under `settings`, its
-  histories holding `inputs` and `labels`: the maximizer is what every bandit step runs."""
-  from auxiliary_sampling.loop_settings import loop_settings_scope
+  """(reward model, training loop) of a vi_ts agent built by the bandit's code under `settings`,
+  its histories holding `inputs` and `labels`: the loop is what every bandit step runs."""
   from bandits import mushroom
   from bandits.agents import make_agent
   from bandits.config import BanditConfig
   config = BanditConfig(agents=("vi_ts",), seeds=BANDIT_SEEDS, horizon=BANDIT_CAPACITY,
                         batch_size=plain_tf2_loops.BANDIT_BATCH, learning_rate=LEARNING_RATE,
-                        noise_scale=str(BANDIT_NOISE_SCALE))
+                        noise_scale=str(BANDIT_NOISE_SCALE), jit_compile=settings.jit_compile,
+                        noise_chunk_steps=settings.noise_chunk_steps)
   config.validate()
-  with loop_settings_scope(settings):
-    agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES, run_seed=seed)
+  agent = make_agent("vi_ts", config, mushroom.NUM_FEATURES, run_seed=seed)
   rows = inputs.shape[1]
   agent.history.inputs[:, :rows].assign(inputs)
   agent.history.rewards[:, :rows].assign(labels)
   agent.history.count.assign(rows)
-  return agent.model, agent.maximizer
+  return agent.model, agent.loop
 
 
 def rewritten(workload: str, model, inputs, labels) -> plain_tf2_loops.Workload:

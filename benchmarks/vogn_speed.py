@@ -3,8 +3,8 @@
   python -m benchmarks.vogn_speed --output_dir=results/benchmarks/vogn_speed
 
 Each measurement runs in its own process, in interleaved rounds (median
-reported): mean-field VI with Adam (`ElboMaximizer`) and VOGN with
-squared-gradient and Gauss-Newton curvature (`VognMaximizer`), batch 256, on
+reported): mean-field VI with Adam (`GradientUpdate`) and VOGN with
+squared-gradient and Gauss-Newton curvature (`VognUpdate`), batch 256, on
 the paper's UCI network (13-50-1, Gaussian head, 455 synthetic examples) and
 LeNet-5 (synthetic 28x28 digits, 10 classes). Times exclude the traced
 warm-up, which is reported separately.
@@ -51,25 +51,29 @@ def _workload(network: str):
 def measure(network: str, trainer: str, steps: int) -> dict:
   """ms per step of `trainer` on `network`, after a traced warm-up of 2 steps."""
   import tensorflow as tf
-  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
-  from methods.trainers.vogn import VognMaximizer
+  from auxiliary_sampling.adam import Adam
+  from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+  from auxiliary_sampling.training_batches import UniformBatches
+  from auxiliary_sampling.training_loop import TrainingLoop
+  from methods.trainers.vogn import vogn_loop
   from methods.trainers.vogn_settings import VognSettings
   tf.random.set_seed(0)
   model, inputs, labels, log_likelihood = _workload(network)
   model(inputs[:1])
   if trainer == "vi":
-    maximizer = ElboMaximizer(model, inputs, labels, log_likelihood, model.trainable_variables,
-                              BATCH)
+    loop = TrainingLoop(ElboObjective(model, log_likelihood),
+                        GradientUpdate(Adam(model.trainable_variables)),
+                        UniformBatches(inputs, labels, BATCH))
   else:
     settings = VognSettings(curvature=trainer[len("vogn_"):])
-    maximizer = VognMaximizer(model, inputs, labels, log_likelihood, settings, BATCH)
+    loop = vogn_loop(model, inputs, labels, log_likelihood, settings, BATCH)
   # A step size small enough that no trainer diverges on random data: the step's cost does not
   # depend on it (Gauss-Newton VOGN on random LeNet-5 labels diverged at 1e-3).
   started = time.perf_counter()
-  maximizer.maximize(2, LEARNING_RATE)
+  loop.maximize(2, LEARNING_RATE)
   warm_up = time.perf_counter() - started
   started = time.perf_counter()
-  maximizer.maximize(steps, LEARNING_RATE)
+  loop.maximize(steps, LEARNING_RATE)
   seconds = time.perf_counter() - started
   return {"ms_per_step": 1000 * seconds / steps, "warm_up_seconds": warm_up,
           "threads": os.environ.get("TF_NUM_INTRAOP_THREADS", "default")}

@@ -15,7 +15,7 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
                    how the training loops run on their device
                    (`auxiliary_sampling.loop_settings`);
                    --xla_cache_dir keeps the compiled loops for later runs.
-`--batch_size` stays the global batch; `ElboMaximizer` splits it evenly over
+`--batch_size` stays the global batch; the `TrainingLoop` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
 XLA compiles one device's loop: on several replicas a run asking for --jit_compile
 runs the uncompiled loop and says so in one line (`replica_loop_settings`).
@@ -70,8 +70,8 @@ class DeviceConfig(Config):
 
   jit_compile: bool = setting(
       False, "Compile each chunk of training steps with XLA (needs --noise_chunk_steps > 0; on "
-      "several replicas the run uses the uncompiled loop and says so). Each maximiser compiles "
-      "once before its first chunk.",
+      "several replicas the run uses the uncompiled loop and says so). Each training loop "
+      "compiles once before its first chunk.",
       # Runs recorded before this setting existed ran uncompiled.
       shapes=NOTHING, round_off=True, absent_means=False)
   noise_chunk_steps: int = setting(
@@ -243,11 +243,11 @@ def check_compiled_loop(config: Config) -> None:
                      "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
 
 
-def loop_settings_of(config: Config) -> Optional[LoopSettings]:
+def loop_settings_of(config: Config) -> LoopSettings:
   """The training-loop settings of a config that declares --jit_compile and --noise_chunk_steps
-  (None for one that does not)."""
+  (the defaults for one that does not): what a binary passes to its trainers."""
   if not hasattr(config, "noise_chunk_steps"):
-    return None
+    return LoopSettings()
   return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps,
                       compile_refinement=getattr(config, "jit_compile_refinement", True),
                       compile_ensemble=getattr(config, "jit_compile_ensemble", True))

@@ -291,7 +291,7 @@ def input_pipeline(images: np.ndarray, labels: np.ndarray, batch_size: int, *,
 
   Evaluation uses it unshuffled. The shuffled, repeating form is for training
   loops that consume a tf.data iterator; the suite's own loops draw minibatches
-  in-graph instead (`ElboMaximizer`), which keeps resumed runs exact.
+  in-graph instead (`TrainingLoop`), which keeps resumed runs exact.
   """
   import tensorflow as tf  # on demand: the binaries check their flags before TensorFlow loads
   dataset = tf.data.Dataset.from_tensor_slices((images, labels))

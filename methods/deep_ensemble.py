@@ -5,6 +5,7 @@ import dataclasses
 import os
 
 from common.config import RESULTS, Config, setting
+from common.distribution import loop_settings_of
 from methods.registry import ENSEMBLE, Method, MethodRun, TrainingInputs
 
 
@@ -35,7 +36,8 @@ def train(run: TrainingInputs) -> MethodRun:
       checkpoint_dir=run.checkpoint_dir(ENSEMBLE),
       summary_dir=os.path.join(run.output_dir, "summaries", ENSEMBLE),
       steps_per_checkpoint=config.checkpoint_interval(num_examples),
-      penalty=run.networks.penalty, input_transform=run.input_transform)
+      penalty=run.networks.penalty, input_transform=run.input_transform,
+      loop_settings=loop_settings_of(config))
   return MethodRun(sample_outputs=model, models=[model],
                    metrics={"deep_ensemble_resumed_from_step": training.resumed_from_step},
                    timings={"train_seconds": training.train_seconds})

@@ -5,6 +5,7 @@ import dataclasses
 import os
 
 from common.config import RESULTS, Config, setting
+from common.distribution import loop_settings_of
 from methods.registry import MNF, Method, MethodRun, TrainingInputs
 
 
@@ -28,7 +29,8 @@ def train(run: TrainingInputs) -> MethodRun:
                        batch_size=config.batch_size, seed=config.seed,
                        checkpoint_dir=run.checkpoint_dir(MNF),
                        summary_dir=os.path.join(run.output_dir, "summaries", MNF),
-                       steps_per_checkpoint=config.checkpoint_interval(num_examples))
+                       steps_per_checkpoint=config.checkpoint_interval(num_examples),
+                       loop_settings=loop_settings_of(config))
 
   def sample_outputs(batch):
     return posterior_draws(model, batch, config.eval_samples)

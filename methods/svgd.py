@@ -8,6 +8,7 @@ from typing import Optional
 
 from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
 from common.config import Config, UsageError, setting
+from common.distribution import loop_settings_of
 from methods import registry
 from methods.registry import PARTICLES, Method, MethodRun, TrainingInputs
 
@@ -72,7 +73,8 @@ def train_particle_method(run: TrainingInputs, function_space: Optional[object])
       function_space=function_space, checkpoint_dir=run.checkpoint_dir(PARTICLES),
       summary_dir=os.path.join(run.output_dir, "summaries", config.method),
       steps_per_checkpoint=config.checkpoint_interval(run.num_examples),
-      weight_prior_scale=config.particle_weight_prior_scale or None)
+      weight_prior_scale=config.particle_weight_prior_scale or None,
+      loop_settings=loop_settings_of(config))
   return MethodRun(sample_outputs=model, models=[model],
                    metrics={f"{config.method}_resumed_from_step": training.resumed_from_step,
                             "particle_steps": num_steps, "particle_batch_size": batch_size},

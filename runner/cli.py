@@ -28,10 +28,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from auxiliary_sampling.loop_settings import loop_settings_scope
 from common.config import Config, UsageError, describe_allowed, describe_differences, field_type
-from common.distribution import (DeviceConfig, describe_strategy, loop_settings_of,
-                                 multi_worker_strategy, replica_loop_settings, set_thread_count,
+from common.distribution import (DeviceConfig, describe_strategy, multi_worker_strategy,
+                                 replica_loop_settings, set_thread_count,
                                  split_cpu_for_tests, strategy_for, use_xla_cache)
 from common.results import RESULTS_FILENAME, note_start_commit
 
@@ -353,16 +352,14 @@ def _strategy_scope(config: Config) -> Iterator[Any]:
 def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
                                    ) -> Callable[..., dict]:
   """A binary's `train_and_evaluate(config, ...)` that runs under the strategy its hardware flags
-  pick (--use_gpu, --tpu, --num_cores) and under its loop settings (--jit_compile,
-  --noise_chunk_steps), whether `main` or a script calls it, so that the hardware and loops its
-  results.json records are the ones it ran on."""
+  pick (--use_gpu, --tpu, --num_cores), whether `main` or a script calls it, so that the hardware
+  its results.json records is the one it ran on. (Its loop settings, --jit_compile and
+  --noise_chunk_steps, reach the trainers as arguments: `common.distribution.loop_settings_of`.)"""
   @functools.wraps(train_and_evaluate)
   def under_settings(config: Config, *args, **kwargs) -> dict:
     with _strategy_scope(config) as strategy:
-      config = replica_loop_settings(config, strategy.num_replicas_in_sync)
-      settings = loop_settings_of(config)
-      with (loop_settings_scope(settings) if settings is not None else contextlib.nullcontext()):
-        return train_and_evaluate(config, *args, **kwargs)
+      return train_and_evaluate(replica_loop_settings(config, strategy.num_replicas_in_sync),
+                                *args, **kwargs)
   under_settings.runs_under_device_settings = True
   return under_settings
 

@@ -13,9 +13,9 @@ import os
 from typing import Optional
 
 from auxiliary_sampling.training_data import LogLikelihoodFn
+from auxiliary_sampling.training_loop import InputTransform
 from runner.checkpoint_settings import claim_checkpoint_dir
 from runner.config import MethodConfig
-from methods.trainers.training import InputTransform
 from common.config import absent_values
 from common.distribution import writes_run_files
 from common.results import RESULTS_FILENAME, write_results

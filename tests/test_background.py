@@ -1,27 +1,25 @@
-"""methods.trainers.background: work on a second thread, under its maker's strategy and settings."""
+"""methods.trainers.background: work on a second thread, under its maker's strategy and context."""
 import threading
 
 import pytest
 import tensorflow as tf
 
-from auxiliary_sampling.loop_settings import (LoopSettings, current_loop_settings,
-                                             loop_settings_scope)
+from auxiliary_sampling.weight_noise import resolve_weight_noise, weight_noise_scope
 from methods.trainers.background import BackgroundWork
 
 
-def test_the_work_runs_under_its_makers_loop_settings_and_strategy():
-  """Loop settings are context variables and a strategy's scope is per thread: a new thread has
-  neither. Catches work run outside its maker's context (planted: `self._work()` instead of
-  `self._context.run(self._work)` returns the default settings; fails), which would build a
-  refiner's maximiser with other loops than the run's."""
-  settings = LoopSettings(jit_compile=True, noise_chunk_steps=7)
+def test_the_work_runs_under_its_makers_context_and_strategy():
+  """The layers' weight-noise mode is a context variable and a strategy's scope is per thread: a
+  new thread has neither. Catches work run outside its maker's context (planted:
+  `self._work()` instead of `self._context.run(self._work)` returns the default mode; fails),
+  which would trace a refiner's loop with other draws than the run's."""
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-  with loop_settings_scope(settings), strategy.scope():
-    work = BackgroundWork(lambda: (current_loop_settings(), tf.distribute.get_strategy(),
+  with weight_noise_scope("per_batch"), strategy.scope():
+    work = BackgroundWork(lambda: (resolve_weight_noise(None), tf.distribute.get_strategy(),
                                    threading.current_thread()))
   with work:
-    seen_settings, seen_strategy, thread = work.result()
-  assert seen_settings == settings
+    seen_mode, seen_strategy, thread = work.result()
+  assert seen_mode == "per_batch"
   assert seen_strategy is strategy
   assert thread is not threading.current_thread()
 

@@ -35,8 +35,9 @@ def test_refined_ts_acts_on_samples_refined_on_the_history(mushrooms):
   """With an untrained q and a history that separates edible from poisonous mushrooms, refined_ts's
   predicted eat-minus-pass gaps must separate them too: refinement fits each sample to the history.
   Catches refined_ts acting on samples of q instead of its refined samples (planted:
-  `self.model.action_means` in place of `self.samples.action_means`; fails), and choosing without
-  refining (planted: the `_refine_samples()` call removed; fails)."""
+  `self.model.action_means` in place of the refined samples' `action_means`; fails), and
+  choosing without refining (planted: the samples' model used without `refine_samples()`;
+  fails)."""
   seeds = (0, 1, 2, 3)
   config = BanditConfig(**dict(TINY, seeds=seeds, horizon=400, refine_steps=300, hidden_units=16,
                                learning_rate=1e-2, noise_scale="1"))

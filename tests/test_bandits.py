@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.training_batches import GroupedBatches
+from auxiliary_sampling.training_loop import TrainingLoop
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.refine import load_trained_state
 from bandits import main as bandit_main
@@ -24,10 +27,11 @@ from methods.trainers.gaussian_head import gaussian_head_log_likelihood
 from common.config import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Runs that read the data add data_dir=data_dir_for("mushroom").
+# Runs that read the data add data_dir=data_dir_for("mushroom"). Loops that draw inside each step
+# (the agents take their loop settings from the config).
 TINY = dict(seeds=(0, 1), horizon=12, update_steps=6, refine_steps=6, hidden_units=8,
             epsilons=(0.0, 1.0), steps_per_checkpoint=5, regret_report_interval=5,
-            download=False, jit_compile=False)
+            download=False, jit_compile=False, noise_chunk_steps=0)
 
 
 def test_encoding_is_the_benchmarks_one_hot_of_all_22_attributes(mushrooms):
@@ -122,11 +126,11 @@ def test_each_member_learns_from_its_own_group_and_only_the_filled_rows():
   inputs[..., -1] = 1.0   # action "eat" throughout
   count = tf.Variable(10, dtype=tf.int64)
   model = _point_model(members)
-  maximizer = ElboMaximizer(model, tf.Variable(inputs), tf.Variable(rewards),
-                            gaussian_head_log_likelihood, model.trainable_variables, batch_size=8,
-                            kl_fn=lambda: tf.zeros([members]), member_batches=members,
-                            grouped_data=True, num_examples=count)
-  maximizer.maximize(1500, 0.01)
+  loop = TrainingLoop(
+      ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
+      GradientUpdate(Adam(model.trainable_variables)),
+      GroupedBatches(tf.Variable(inputs), tf.Variable(rewards), 8, members, num_examples=count))
+  loop.maximize(1500, 0.01)
   predicted = model(tf.constant(inputs[:, :1].repeat(2, axis=0)))[:, 0, 0].numpy()
   np.testing.assert_allclose(predicted, [2.0, 2.0, -3.0, -3.0], atol=0.2)
 
@@ -154,14 +158,14 @@ def test_a_history_written_row_by_row_is_gathered_row_by_row(settings):
           variable[:, row].assign(values[:, row])
     else:
       stored = [tf.constant(inputs), tf.constant(rewards)]
-    with loop_settings_scope(settings):
-      maximizer = ElboMaximizer(model, *stored, gaussian_head_log_likelihood,
-                                model.trainable_variables, batch_size=8,
-                                kl_fn=lambda: tf.zeros([members]), member_batches=members,
-                                grouped_data=True, num_examples=tf.Variable(30, dtype=tf.int64))
-    traces.append(maximizer.maximize(10, 0.01))
+    loop = TrainingLoop(
+        ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([members])),
+        GradientUpdate(Adam(model.trainable_variables)),
+        GroupedBatches(*stored, 8, members, num_examples=tf.Variable(30, dtype=tf.int64)),
+        loop_settings=settings)
+    traces.append(loop.maximize(10, 0.01))
     indices = tf.zeros([members, 8], tf.int64)
-    graph = tf.function(lambda: maximizer._gather(maximizer.inputs, indices)
+    graph = tf.function(lambda: loop.batch_rows(loop.batches.inputs, indices)
                         ).get_concrete_function().graph
     gather_ops.append({op.type for op in graph.get_operations()})
   np.testing.assert_array_equal(traces[0], traces[1])
@@ -359,8 +363,7 @@ def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
   Also with the binary's default loop (noise drawn ahead in chunks, compiled by XLA)."""
   config = BanditConfig(**{**TINY, "jit_compile": loop.jit_compile,
                            "noise_chunk_steps": loop.noise_chunk_steps})
-  with loop_settings_scope(loop):
-    _kill_and_resume(tmp_path, mushrooms, agent_name, config)
+  _kill_and_resume(tmp_path, mushrooms, agent_name, config)
 
 
 def _kill_and_resume(tmp_path, mushrooms, agent_name, config):

@@ -9,9 +9,12 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.noise import box_muller_normal
+from auxiliary_sampling.training_batches import UniformBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from methods.trainers import deep_ensemble
 from methods.trainers import mnf
 from runner.config import MethodConfig
@@ -58,7 +61,8 @@ def test_interrupted_training_resumes_to_the_same_state(tmp_path):
   result = resumed.train(120, checkpoint_dir=str(tmp_path / "b"))
   assert result.resumed_from_step == 80 and full.resumed_from_step == 0
   np.testing.assert_allclose(result.trace, full.trace, rtol=1e-5)
-  for a, b in zip(uninterrupted.maximizer.model.variables, resumed.maximizer.model.variables):
+  for a, b in zip(uninterrupted.loop.objective.model.variables,
+                  resumed.loop.objective.model.variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
   with pytest.raises(ValueError, match="at step 120, beyond the requested 100 steps"):
     _trainer().train(100, checkpoint_dir=str(tmp_path / "b"))
@@ -73,14 +77,14 @@ def test_a_learning_rate_schedule_steps_down_at_its_boundaries_and_survives_a_re
   assert [schedule.steps_at_this_rate(s) for s in (0, 35, 50)] == [30, 15, None]
   by_hand = _trainer()
   for steps, rate in ((30, 1e-2), (20, 1e-3), (20, 1e-4)):
-    by_hand.maximizer.maximize(steps, rate)
+    by_hand.loop.maximize(steps, rate)
   scheduled = _trainer()
   scheduled.learning_rate = schedule
   scheduled.train(45, checkpoint_dir=str(tmp_path))   # stops mid-schedule
   resumed = _trainer()
   resumed.learning_rate = schedule
   resumed.train(70, checkpoint_dir=str(tmp_path))
-  for a, b in zip(by_hand.maximizer.model.variables, resumed.maximizer.model.variables):
+  for a, b in zip(by_hand.loop.objective.model.variables, resumed.loop.objective.model.variables):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7, err_msg=a.name)
   for bad in (dict(boundaries=(5, 5), factors=(1.0, 1.0)), dict(boundaries=(5,), factors=()),
               dict(boundaries=(0,), factors=(0.1,))):
@@ -118,7 +122,7 @@ def test_training_logs_elbo_likelihood_and_kl_and_learns_the_noise(tmp_path):
     np.testing.assert_allclose([written[tag][step] for step in steps], expected[steps - 1],
                                rtol=1e-5, err_msg=tag)
   assert result.trace[-50:].mean() > result.trace[:50].mean() + 20
-  noise = trainer.maximizer.model.layers[-1].noise_scale.numpy()[0]
+  noise = trainer.loop.objective.model.layers[-1].noise_scale.numpy()[0]
   assert noise < 0.8   # falling from its initial 1.0 towards the data's 0.1
 
 
@@ -135,10 +139,10 @@ def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
   x, y = _regression_data()
   model = _vi_network()
   model(x[:1])
-  maximizer = ElboMaximizer(model, x, y, lambda labels, outputs: outputs[..., 0] / 0.0 * 0.0,
-                            model.trainable_variables, batch_size=16)
+  loop = TrainingLoop(ElboObjective(model, lambda labels, outputs: outputs[..., 0] / 0.0 * 0.0),
+                      GradientUpdate(Adam(model.trainable_variables)), UniformBatches(x, y, 16))
   with pytest.raises(FloatingPointError, match="non-finite ELBO at step 1 of 5"):
-    CheckpointedTraining(maximizer, 1e-3).train(5, checkpoint_dir=str(tmp_path))
+    CheckpointedTraining(loop, 1e-3).train(5, checkpoint_dir=str(tmp_path))
   assert not glob.glob(str(tmp_path / "*.index"))
 
 
@@ -299,15 +303,14 @@ def test_adversarial_examples_increase_the_loss_and_training_fits():
   x, y = _regression_data()
   model = deep_ensemble.regression_ensemble(num_members=2, hidden_units=8, seed=1)
   model(x[:1])
-  clean = ElboMaximizer(model, x, y, gaussian_head_log_likelihood, model.trainable_variables,
-                        batch_size=16, kl_fn=lambda: tf.zeros([2]), member_batches=2)
-  adversarial = deep_ensemble.AdversarialMaximizer(
-      model, x, y, gaussian_head_log_likelihood, model.trainable_variables, batch_size=16,
-      kl_fn=lambda: tf.zeros([2]), member_batches=2, epsilon=0.1)
+  clean = ElboObjective(model, gaussian_head_log_likelihood, kl_fn=lambda: tf.zeros([2]))
+  adversarial = deep_ensemble.AdversarialObjective(
+      model, gaussian_head_log_likelihood, lambda: tf.zeros([2]), epsilon=0.1)
   inputs = tf.broadcast_to(x[None], [2] + list(x.shape))
   labels = tf.broadcast_to(y[None], [2] + list(y.shape))
-  clean_objective = clean.expected_log_likelihood_on_batch(inputs, labels)
-  both = adversarial.expected_log_likelihood_on_batch(inputs, labels)
+  num_examples = tf.constant(float(len(x)))
+  clean_objective = clean.expected_log_likelihood(inputs, labels, num_examples)
+  both = adversarial.expected_log_likelihood(inputs, labels, num_examples)
   assert np.all(both < 2 * clean_objective)   # the adversarial term is worse than the clean one
   result = deep_ensemble.train_deep_ensemble(model, x, y, gaussian_head_log_likelihood,
                                              num_members=2, num_steps=800, batch_size=32,

@@ -44,10 +44,13 @@ def _equivalence_checks() -> None:
 
   from common.distribution import split_cpu_for_tests
   split_cpu_for_tests()
-  from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+  from auxiliary_sampling.adam import Adam
+  from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
   from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
   from auxiliary_sampling.refine import refine
   from auxiliary_sampling.schedule import AuxiliarySchedule
+  from auxiliary_sampling.training_batches import UniformBatches
+  from auxiliary_sampling.training_loop import TrainingLoop
   from methods.trainers import deep_ensemble
   from methods.trainers import mnf
   from methods.trainers.training import CheckpointedTraining
@@ -74,6 +77,12 @@ def _equivalence_checks() -> None:
         tf_keras.layers.Lambda(lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:-3], [-1]], 0))),
         DenseReparameterization(3, num_members=num_members)])
 
+  def elbo_loop(model, inputs, labels, log_likelihood_fn, batch_size, data_seed, kl_fn=None):
+    """The ELBO of `model` by Adam, under the strategy whose scope builds it."""
+    return TrainingLoop(ElboObjective(model, log_likelihood_fn, kl_fn=kl_fn),
+                        GradientUpdate(Adam(model.trainable_variables)),
+                        UniformBatches(inputs, labels, batch_size), data_seed=data_seed)
+
   def built(strategy, model_fn, inputs, source=None):
     """model_fn() built under `strategy`, with `source`'s variables copied in."""
     with strategy.scope():
@@ -98,28 +107,25 @@ def _equivalence_checks() -> None:
 
   def fit_vi(strategy, model):
     with strategy.scope():
-      maximizer = ElboMaximizer(model, images, classes, categorical, model.trainable_variables,
-                                batch_size=64, data_seed=5)
-      return maximizer.maximize(4, 1e-2)
+      return elbo_loop(model, images, classes, categorical, 64, 5).maximize(4, 1e-2)
 
   traces = compare("vi", flipout_net, images, fit_vi)
   findings["vi/elbo_trace"] = float(np.max(np.abs(traces[0] - traces[1]) / np.abs(traces[0])))
 
   def fit_ensemble(strategy, model):
     with strategy.scope():
-      maximizer = deep_ensemble.AdversarialMaximizer(
-          model, features, targets, gaussian, model.trainable_variables, batch_size=32,
-          data_seed=2, kl_fn=lambda: tf.zeros([2]), member_batches=2, epsilon=0.01)
-      maximizer.maximize(4, 1e-2)
+      TrainingLoop(
+          deep_ensemble.AdversarialObjective(model, gaussian, lambda: tf.zeros([2]), 0.01),
+          GradientUpdate(Adam(model.trainable_variables)),
+          UniformBatches(features, targets, 32, members=2), data_seed=2).maximize(4, 1e-2)
 
   compare("deep_ensemble", lambda: deep_ensemble.regression_ensemble(2, 8, seed=1), features,
           fit_ensemble)
 
   def fit_mnf(strategy, model):
     with strategy.scope():
-      maximizer = ElboMaximizer(model, features, targets, gaussian, model.trainable_variables,
-                                batch_size=32, data_seed=2, kl_fn=lambda: mnf.mnf_kl(model))
-      maximizer.maximize(4, 1e-2)
+      elbo_loop(model, features, targets, gaussian, 32, 2,
+                kl_fn=lambda: mnf.mnf_kl(model)).maximize(4, 1e-2)
 
   compare("mnf", lambda: mnf.regression_mnf(8, seed=3), features, fit_mnf)
 
@@ -162,10 +168,9 @@ def _equivalence_checks() -> None:
     for chunk, strategy in enumerate(strategies):
       model = built(strategy, flipout_net, images, trained if chunk == 0 else None)
       with strategy.scope():
-        maximizer = ElboMaximizer(model, images, classes, categorical, model.trainable_variables,
-                                  batch_size=64, data_seed=5)
-        CheckpointedTraining(maximizer, 1e-2, steps_per_checkpoint=2).train(
-            2 * (chunk + 1), checkpoint_dir=directory)
+        CheckpointedTraining(elbo_loop(model, images, classes, categorical, 64, 5), 1e-2,
+                             steps_per_checkpoint=2).train(2 * (chunk + 1),
+                                                           checkpoint_dir=directory)
     return model
 
   with tempfile.TemporaryDirectory() as directory:
@@ -174,8 +179,7 @@ def _equivalence_checks() -> None:
   findings["resumed_on_two_replicas"] = _max_difference(uninterrupted.variables, moved.variables)
   with two_replicas.scope():
     try:
-      ElboMaximizer(trained, images, classes, categorical, trained.trainable_variables,
-                    batch_size=63)
+      elbo_loop(trained, images, classes, categorical, 63, 0)
       findings["odd_batch_error"] = ""
     except ValueError as error:
       findings["odd_batch_error"] = str(error)

@@ -7,7 +7,7 @@ from tensorflow.python.autograph.impl import api as autograph_api
 
 from auxiliary_sampling.graph_loops import counted_loop, graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.refine import refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from methods.trainers.vi import train_mean_field
@@ -84,11 +84,11 @@ def test_training_and_refining_a_network_converts_nothing(conversions, settings)
 
   def log_likelihood(labels, outputs):
     return -0.5 * tf.square(labels[..., 0] - outputs[..., 0])
-  with loop_settings_scope(settings):
-    model = model_fn()
-    train_mean_field(model, x, y, log_likelihood, num_steps=40, learning_rate=1e-2, batch_size=16)
-    result = refine(model_fn, model, x, y, log_likelihood, num_samples=2,
-                    schedule=AuxiliarySchedule.geometric(0.5, 2), steps_per_auxiliary=20,
-                    batch_size=16, elbo_batch_size=32)
+  model = model_fn()
+  train_mean_field(model, x, y, log_likelihood, num_steps=40, learning_rate=1e-2, batch_size=16,
+                   loop_settings=settings)
+  result = refine(model_fn, model, x, y, log_likelihood, num_samples=2,
+                  schedule=AuxiliarySchedule.geometric(0.5, 2), steps_per_auxiliary=20,
+                  batch_size=16, elbo_batch_size=32, loop_settings=settings)
   assert np.all(np.isfinite(result.elbo_aux))
   assert conversions == []

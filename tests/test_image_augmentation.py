@@ -3,7 +3,10 @@ import numpy as np
 import tensorflow as tf
 
 from auxiliary_sampling.batch_shards import batch_shard
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.training_batches import UniformBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.predictive import categorical_log_likelihood
 from common.image_augmentation import RandomImageTransform, apply_transforms, transform_matrices
 
@@ -75,10 +78,11 @@ def test_the_training_step_sees_the_transformed_batch(num_steps=3):
 
   def trace(data, transform):
     model = _Logits()
-    maximizer = ElboMaximizer(model, data, labels, categorical_log_likelihood,
-                              model.trainable_variables, batch_size=10,
-                              kl_fn=lambda: tf.constant(0.0), input_transform=transform)
-    return maximizer.maximize(num_steps, 0.1)
+    loop = TrainingLoop(
+        ElboObjective(model, categorical_log_likelihood, kl_fn=lambda: tf.constant(0.0)),
+        GradientUpdate(Adam(model.trainable_variables)), UniformBatches(data, labels, 10),
+        input_transform=transform)
+    return loop.maximize(num_steps, 0.1)
 
   squared = trace(images, lambda batch, seed: tf.square(batch))
   np.testing.assert_allclose(squared, trace(tf.square(images), None), rtol=1e-6)

@@ -289,11 +289,11 @@ def test_bad_inputs_give_clear_errors():
 
 
 def test_training_moves_every_variational_variable_and_lowers_the_kl():
-  """VI as the binaries run it (`train_mean_field`: ElboMaximizer's compiled loop) moves every
+  """VI as the binaries run it (`train_mean_field`: the compiled `TrainingLoop`) moves every
   loc, posterior scale and prior scale of dense and convolution layers, and lowers the KL.
 
   A gradient computed outside that loop could reach a variable the loop never trains. Mutation:
-  the maximizer trains `list(variables)[:-1]` (one variable never moves), or its loop takes the
+  the loop trains `list(variables)[:-1]` (one variable never moves), or its loop takes the
   KL from a tensor computed once at construction (the reported KL stays flat, the prior scales
   get no gradient).
   """

@@ -1,12 +1,15 @@
-"""ElboMaximizer's loop with the noise drawn ahead in chunks, plain or compiled by XLA."""
+"""The training loop with the noise drawn ahead in chunks, plain or compiled by XLA."""
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
+from auxiliary_sampling.training_batches import UniformBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from common.seeding import seed_everything
 
 
@@ -20,7 +23,7 @@ def _log_likelihood(labels, outputs):
   return -0.5 * tf.square((labels[..., 0] - outputs[..., 0]) / 0.3)
 
 
-def _maximizer(settings: LoopSettings, num_members=None, one_example=False) -> ElboMaximizer:
+def _loop(settings: LoopSettings, num_members=None, one_example=False) -> TrainingLoop:
   """The same network, initial posterior and seeds whatever the settings (`one_example`: every
   row of the data is the first example)."""
   seed_everything(0)
@@ -34,19 +37,19 @@ def _maximizer(settings: LoopSettings, num_members=None, one_example=False) -> E
                               untransformed_scale_init=scale_init),
       DenseReparameterization(1, num_members=num_members, untransformed_scale_init=scale_init)])
   model(inputs[:1])
-  with loop_settings_scope(settings):
-    return ElboMaximizer(model, inputs, labels, _log_likelihood, model.trainable_variables,
-                         batch_size=64, data_seed=5)
+  return TrainingLoop(ElboObjective(model, _log_likelihood),
+                      GradientUpdate(Adam(model.trainable_variables)),
+                      UniformBatches(inputs, labels, 64), data_seed=5, loop_settings=settings)
 
 
 def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call():
   """XLA runs the plain chunk's steps on the same numbers (to round-off), including a partial
   last chunk; and 100 + 30 steps in two calls equal 130 in one when the split is at a chunk
   boundary, which is what makes a checkpointed run resume to the uninterrupted result."""
-  plain = _maximizer(LoopSettings(noise_chunk_steps=50)).maximize(130, 1e-2)
-  xla = _maximizer(LoopSettings(jit_compile=True, noise_chunk_steps=50)).maximize(130, 1e-2)
+  plain = _loop(LoopSettings(noise_chunk_steps=50)).maximize(130, 1e-2)
+  xla = _loop(LoopSettings(jit_compile=True, noise_chunk_steps=50)).maximize(130, 1e-2)
   np.testing.assert_allclose(xla, plain, rtol=1e-4)
-  split = _maximizer(LoopSettings(noise_chunk_steps=50))
+  split = _loop(LoopSettings(noise_chunk_steps=50))
   np.testing.assert_array_equal(np.concatenate([split.maximize(100, 1e-2),
                                                 split.maximize(30, 1e-2)]), plain)
 
@@ -56,8 +59,8 @@ def test_a_run_of_no_steps_draws_nothing_and_the_next_chunk_is_drawn_as_before()
   last chunk, or for a run of 0 steps (the bandit's refinement before its first observation):
   either moves the streams, and the next run would see other numbers than a fresh one."""
   settings = LoopSettings(noise_chunk_steps=50)
-  fresh = _maximizer(settings).maximize(130, 1e-2)
-  after_nothing = _maximizer(settings)
+  fresh = _loop(settings).maximize(130, 1e-2)
+  after_nothing = _loop(settings)
   after_nothing.maximize(0, 1e-2)
   np.testing.assert_array_equal(after_nothing.maximize(130, 1e-2), fresh)
 
@@ -69,12 +72,12 @@ def test_a_model_first_traced_by_the_step_plan_records_each_draw_once(num_member
   its shape. With per_batch noise those calls drew too, and the plan held every draw twice: the
   first step stopped ("used 4 of 8 recorded draws", a per_batch refinement prepared before its
   ELBO estimate). Planted: recording the first trace fails here."""
-  maximizer = _maximizer(LoopSettings(noise_chunk_steps=10), num_members)
-  maximizer.weight_noise = "per_batch"
-  trace = maximizer.maximize(12, 1e-2)
+  loop = _loop(LoopSettings(noise_chunk_steps=10), num_members)
+  loop.objective.weight_noise = "per_batch"
+  trace = loop.maximize(12, 1e-2)
   assert np.all(np.isfinite(trace)) and len(trace) == 12
   # Two layers, a kernel and a bias each: one weight draw per tensor and step.
-  assert len(maximizer._step_plan[0]) == 4
+  assert len(loop.step_plan[0]) == 4
 
 
 @pytest.mark.parametrize("num_members", [None, 3])
@@ -85,8 +88,8 @@ def test_drawn_ahead_noise_gives_every_step_its_own_draw_from_the_same_estimator
   so that only the weight noise varies between steps. Catches a chunk whose steps reuse one row
   of the draws (estimates repeat within the chunk), and draws made for the wrong shape or stream
   (the mean or spread moves)."""
-  inside = _maximizer(LoopSettings(), num_members, one_example=True).maximize(400, 0.0)
-  ahead = _maximizer(LoopSettings(noise_chunk_steps=100), num_members,
+  inside = _loop(LoopSettings(), num_members, one_example=True).maximize(400, 0.0)
+  ahead = _loop(LoopSettings(noise_chunk_steps=100), num_members,
                      one_example=True).maximize(400, 0.0)
   assert np.all(np.diff(ahead, axis=0) != 0)
   for member in range(1 if num_members is None else num_members):

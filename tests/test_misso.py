@@ -6,9 +6,11 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.elbo_objective import ElboObjective
 from auxiliary_sampling.layers import DenseReparameterization
+from auxiliary_sampling.training_loop import TrainingLoop
 from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from methods.trainers.misso import IncrementalSurrogateOptimizer, MissoMaximizer
+from methods.trainers.misso import BlockBatches, IncrementalSurrogateOptimizer, SurrogateUpdate
 from methods.trainers.momentum import MomentumSgd
 from methods.trainers.vi import MeanFieldTrainer
 
@@ -98,23 +100,25 @@ def test_misso_blocks_partition_the_data_and_the_first_pass_visits_each_once():
   tf.keras.utils.set_random_seed(0)
   model = _mean_field_network()
   model(x[:1])
-  maximizer = MissoMaximizer(model, x, y, gaussian_head_log_likelihood, model.trainable_variables,
-                             batch_size=32, data_seed=3)
-  blocks = maximizer.blocks.numpy()
+  batches = BlockBatches(x, y, 32, data_seed=3)
+  surrogates = IncrementalSurrogateOptimizer(model.trainable_variables, batches.num_blocks)
+  loop = TrainingLoop(ElboObjective(model, gaussian_head_log_likelihood),
+                      SurrogateUpdate(surrogates, batches), batches, data_seed=3)
+  blocks = batches.blocks.numpy()
   assert blocks.shape == (4, 32) and set(blocks.ravel()) == set(range(100))
   assert len(set(blocks[:, 0])) == 4
-  first_pass = maximizer._example_indices(tf.constant([3, 1], tf.int64), tf.constant(1, tf.int64),
-                                          4).numpy()
+  first_pass = batches.example_indices(tf.constant([3, 1], tf.int64), tf.constant(1, tf.int64),
+                                       4).numpy()
   np.testing.assert_array_equal(first_pass, blocks)
-  later = maximizer._example_indices(tf.constant([3, 9], tf.int64), tf.constant(9, tf.int64), 50)
+  later = batches.example_indices(tf.constant([3, 9], tf.int64), tf.constant(9, tf.int64), 50)
   for rows in later.numpy():
-    block = maximizer.block_starts.numpy()[rows[0]]
+    block = batches.block_starts.numpy()[rows[0]]
     np.testing.assert_array_equal(rows, blocks[block])
   start = [v.numpy() for v in model.trainable_variables]
-  maximizer.maximize(4, 1e-2)
+  loop.maximize(4, 1e-2)
   for before, variable in zip(start, model.trainable_variables):
     np.testing.assert_array_equal(before, variable.numpy())
-  assert np.all(np.abs(maximizer.optimizer.stored_gradients[0].numpy()).sum(axis=(1, 2)) > 0)
+  assert np.all(np.abs(surrogates.stored_gradients[0].numpy()).sum(axis=(1, 2)) > 0)
 
 
 def test_vi_by_misso_and_momentum_raises_the_elbo_and_refuses_unknown_optimisers():

@@ -167,7 +167,7 @@ def test_particles_fit_the_data_and_spread_away_from_it(function_space):
 def test_a_fixed_weight_prior_scale_reaches_the_svgd_objective():
   """`weight_prior_scale` replaces N(0, 1/fan_out) in the objective: a tight N(0, 0.01^2) prior
   pulls the weights far below the default's, and a loose one lets them grow past it. Catches the
-  setting not reaching the maximiser (all three runs would then be the same)."""
+  setting not reaching the training loop (all three runs would then be the same)."""
   norms = {}
   for name, scale in (("default", None), ("tight", 0.01), ("loose", 30.0)):
     tf.keras.utils.set_random_seed(0)

@@ -6,11 +6,13 @@ import tf_keras
 from scipy.stats import multivariate_normal
 
 from auxiliary_sampling.elbo_estimate import _summed_log_likelihood, estimate_elbo
+from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import DenseReparameterization
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.refine import Refiner, refine
+from auxiliary_sampling.refine import Refiner, load_trained_state, refine, stream_seeds
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.training_batches import UniformBatches
 from methods.trainers.background import BackgroundWork
 from methods.trainers.vi import train_mean_field
 
@@ -143,12 +145,11 @@ def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise, loop):
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15,
                   batch_size=32, seed=3, weight_noise=weight_noise)
-  with loop_settings_scope(loop):
-    together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, **settings)
+  together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3,
+                    loop_settings=loop, **settings)
   for m in range(3):
-    with loop_settings_scope(loop):
-      alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
-                     member_offset=m, total_members=3, **settings)
+    alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
+                   member_offset=m, total_members=3, loop_settings=loop, **settings)
     assert alone.elbo_aux[0] == pytest.approx(together.elbo_aux[m], rel=1e-4)
     assert alone.log_ratios[:, 0] == pytest.approx(together.log_ratios[:, m], rel=1e-4)
     assert alone.trace[:, 0] == pytest.approx(together.trace[:, m], rel=1e-4)
@@ -172,18 +173,18 @@ def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
     train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=steps, batch_size=32)
     trained.append(model)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15)
-  with loop_settings_scope(loop):
-    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
-    for model, seed in zip(trained, (5, 6)):
-      reused = refiner.refine(model, seed=seed, **settings)
-      reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
-      fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                     seed=seed, **settings)
-      np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
-      np.testing.assert_array_equal(reused.trace, fresh.trace)
-      for a, b in zip(reused_weights, fresh.model.trainable_variables):
-        np.testing.assert_array_equal(a, b.numpy())
-  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                    loop_settings=loop)
+  for model, seed in zip(trained, (5, 6)):
+    reused = refiner.refine(model, seed=seed, **settings)
+    reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
+    fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                   seed=seed, loop_settings=loop, **settings)
+    np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
+    np.testing.assert_array_equal(reused.trace, fresh.trace)
+    for a, b in zip(reused_weights, fresh.model.trainable_variables):
+      np.testing.assert_array_equal(a, b.numpy())
+  assert refiner.loop.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
 
 
@@ -200,24 +201,24 @@ def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tra
   trained = _mlp()
   train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
   settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, seed=3)
-  with loop_settings_scope(loop):
-    refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32)
-    with BackgroundWork(refiner.prepare) as preparation:
-      preparation.start()
-      assert preparation.result() > 0
-    elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
-    prepared = refiner.refine(trained, **settings)
-    assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
-    fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                   **settings)
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                    loop_settings=loop)
+  with BackgroundWork(refiner.prepare) as preparation:
+    preparation.start()
+    assert preparation.result() > 0
+  elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
+  prepared = refiner.refine(trained, **settings)
+  assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
+  fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
+                 loop_settings=loop, **settings)
   np.testing.assert_array_equal(prepared.elbo_aux, fresh.elbo_aux)
   np.testing.assert_array_equal(prepared.trace, fresh.trace)
   for a, b in zip(prepared.model.trainable_variables, fresh.model.trainable_variables):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-  assert refiner.maximizer.run.experimental_get_tracing_count() == 1
+  assert refiner.loop.run.experimental_get_tracing_count() == 1
   assert refiner._condition.experimental_get_tracing_count() == 1
   if loop.jit_compile:
-    assert refiner.maximizer._compiled_chunk.experimental_get_tracing_count() == 1
+    assert refiner.loop.chunk_tracing_count() == 1
 
 
 def test_every_auxiliary_variable_starts_a_fresh_adam():
@@ -477,3 +478,45 @@ def test_a_refinement_penalty_enters_the_optimisation_not_the_reported_elbo():
       lambda members: 1e3 * tf.reduce_sum(tf.square(members.chain[0].kernel), axis=[1, 2, 3, 4]))
   assert np.all(penalised < free)
   assert np.all(np.isfinite(result.elbo_aux)) and np.all(result.elbo_aux < 0)
+
+
+@pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10)])
+def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(loop):
+  """A refiner built on a batch source alone refines, in a compiled function, to exactly the
+  members Algorithm 1 written out step by step gives (copy the model; per stage draw a_k for
+  every parameter and condition on it, reset Adam, T steps at the stage's rate: what the bandit
+  did by hand), from the same seeds; a second call draws other samples (nothing reseeded); and
+  refine() on it is refused in one line. Catches conditioning with other fractions, rates other
+  than the stages', Adam not reset per auxiliary variable (planted: the reset removed; fails),
+  and a call that reseeds. (refine() itself differs: its ELBO estimates draw weight noise.)"""
+  x, y = _toy_regression()
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
+  schedule = AuxiliarySchedule.geometric(0.7, 2)
+  rates = schedule.learning_rates("paper")
+  refiners = []
+  for _ in range(2):
+    refiners.append(Refiner(_mlp, None, None, _gaussian_log_likelihood, num_samples=3,
+                            loop_settings=loop, batches=UniformBatches(x, y, 32)))
+    refiners[-1].reseed(*stream_seeds(3))
+  in_graph, by_hand = refiners
+
+  @graph_function
+  def refined_weights():
+    members = in_graph.refine_in_graph(trained, schedule=schedule, steps_per_auxiliary=15,
+                                       learning_rates=rates)
+    return [tf.identity(v) for v in members.trainable_variables]
+  first = refined_weights()
+  load_trained_state(trained, by_hand.members)
+  for stage, (fraction, rate) in enumerate(zip(schedule.variance_fractions, rates), 1):
+    for parameter in mean_field_parameters(by_hand.members):
+      parameter.condition_on_auxiliary(fraction, schedule.remaining_fraction(stage),
+                                       by_hand.auxiliary_noise.normal(parameter.event_shape))
+    by_hand.loop.update.reset()
+    by_hand.loop.run(tf.constant(15), tf.constant(rate), tf.constant(0.0))
+  for a, b in zip(first, by_hand.members.trainable_variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  second = refined_weights()
+  assert not np.array_equal(first[0].numpy(), second[0].numpy())
+  with pytest.raises(ValueError, match="refine_in_graph"):
+    in_graph.refine(trained, schedule=schedule, steps_per_auxiliary=15)

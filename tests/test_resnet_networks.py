@@ -4,7 +4,10 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.training_batches import UniformBatches
+from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.predictive import categorical_log_likelihood
 from methods.trainers.batch_norm import MemberBatchNormalization
@@ -102,9 +105,10 @@ def test_every_variational_parameter_trains_and_the_kl_falls(mode):
   model(images[:1])
   before = [v.numpy().copy() for v in model.trainable_variables]
   kl_before = float(model_kl(model))
-  maximizer = ElboMaximizer(model, images, labels, categorical_log_likelihood,
-                            model.trainable_variables, batch_size=16)
-  trace = maximizer.maximize(15, 1e-2)
+  loop = TrainingLoop(ElboObjective(model, categorical_log_likelihood),
+                      GradientUpdate(Adam(model.trainable_variables)),
+                      UniformBatches(images, labels, 16))
+  trace = loop.maximize(15, 1e-2)
   assert np.all(np.isfinite(trace))
   moved = [not np.allclose(v.numpy(), b) for v, b in zip(model.trainable_variables, before)]
   assert all(moved), [v.name for v, m in zip(model.trainable_variables, moved) if not m]

@@ -38,15 +38,16 @@ def test_each_rewrite_is_our_objective_and_gradient_given_the_same_draws(workloa
   (planted), as would a flipped adversarial sign or a KL term dropped, or the bandit's rewrite
   scoring the other action's output or gathering another member's history."""
   inputs, labels = step_floor.workload_data(workload, 0)
-  _, model, maximizer = step_floor._ours(workload, inputs, labels, 0)
+  _, model, loop = step_floor._ours(workload, inputs, labels, 0)
   rewrite = step_floor.rewritten(workload, model, inputs, labels)
   rng = np.random.default_rng(1)
   indices = rng.integers(0, rewrite.num_examples, size=rewrite.batch_shape)
   batch_inputs, batch_labels = step_floor.batch_of(workload, inputs, labels, indices)
 
   def ours():
-    return (maximizer.expected_log_likelihood_on_batch(batch_inputs, batch_labels)
-            - maximizer.kl_fn())
+    num_examples = tf.cast(loop.batches.num_examples, tf.float32)
+    return (loop.objective.expected_log_likelihood(batch_inputs, batch_labels, num_examples)
+            - loop.objective.kl_fn())
   with recorded_draws() as requests:
     ours()
   draws = [tf.constant(rng.normal(size=request.shape), tf.float32) for request in requests]

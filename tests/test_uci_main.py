@@ -239,7 +239,7 @@ def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path, tiny):
   (from VI's second chunk); the run's numbers are exactly those of building and tracing it when
   refinement starts (--noprepare_refinement). Catches a preparation that changes the run:
   members built before VI drawing what VI would have drawn, state the preparation leaves in the
-  members or the maximiser (planted: refine() not reseeding the minibatch stream; fails), VI's
+  members or the training loop (planted: refine() not reseeding the minibatch stream; fails), VI's
   numbers disturbed by the second thread."""
   runs = {}
   for prepare in (True, False):

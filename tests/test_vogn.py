@@ -6,11 +6,11 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization, FlattenImage
-from auxiliary_sampling.loop_settings import LoopSettings, loop_settings_scope
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
 from auxiliary_sampling.predictive import gaussian_log_likelihood
 from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
-from methods.trainers.vogn import VognMaximizer, VognSettings, VognTrainer
+from methods.trainers.vogn import VognSettings, VognTrainer, vogn_loop
 from common.seeding import seed_everything
 
 NOISE_SCALE = 0.5
@@ -87,7 +87,7 @@ def test_damping_divides_the_means_step_and_nothing_else():
     start = model.layers[0].kernel.posterior_loc.numpy()[:, 0].copy()
     trainer.train(1)
     steps.append(model.layers[0].kernel.posterior_loc.numpy()[:, 0] - start)
-    curvatures.append(trainer.maximizer.optimizer.curvatures[0].numpy()[:, 0])
+    curvatures.append(trainer.loop.update.optimizer.curvatures[0].numpy()[:, 0])
     scales.append(model.layers[0].kernel.posterior_scale.numpy()[:, 0])
   np.testing.assert_allclose(curvatures[1], curvatures[0], rtol=1e-6)
   np.testing.assert_allclose(scales[1], scales[0], rtol=1e-6)
@@ -175,14 +175,14 @@ def test_empirical_bayes_step_minimises_the_kl_over_the_prior_variance():
   seed_everything(1)
   inputs, labels = _linear_regression_data(num_examples=64)
   model = _noisy_regression_network()
-  maximizer = VognMaximizer(model, inputs, labels, gaussian_head_log_likelihood,
-                            VognSettings(prior="empirical_bayes"), batch_size=64)
-  for parameter in maximizer.parameters:
+  update = vogn_loop(model, inputs, labels, gaussian_head_log_likelihood,
+                     VognSettings(prior="empirical_bayes"), batch_size=64).update
+  for parameter in update.parameters:
     parameter.posterior_loc.assign(0.3 * tf.random.normal(parameter.posterior_loc.shape))
     parameter.untransformed_posterior_scale.assign(
         tf.random.uniform(parameter.posterior_loc.shape, -1.0, 0.5))
-  maximizer.set_empirical_bayes_priors(decay=0.0)
-  for parameter in maximizer.parameters:
+  update.set_empirical_bayes_priors(decay=0.0)
+  for parameter in update.parameters:
     best = parameter.prior_variance.numpy().ravel()[0]
     kl = lambda v: float(tf.reduce_sum(tf.square(parameter.posterior_loc) / v
                                        + parameter.posterior_variance / v + np.log(v)))
@@ -213,17 +213,17 @@ def test_gradual_empirical_bayes_keeps_a_zero_initialised_bias_alive():
   assert free_bias.prior_variance.numpy().ravel()[0] > 0.1
 
 
-def _loop_terms(maximizer, inputs, labels, noises, counters):
+def _loop_terms(objective, inputs, labels, noises, counters):
   """Per example i, at the draw the counters fix: (gradients of -log p_i, of the mean output)."""
   terms = []
   for i in range(len(inputs)):
     for noise, counter in zip(noises, counters):
       noise.counter.assign(counter)
     with tf.GradientTape(persistent=True) as tape:
-      outputs = maximizer.model_outputs(inputs[i:i + 1])
-      loss = -maximizer.log_likelihood_fn(labels[i:i + 1], outputs)[0]
+      outputs = objective.model_outputs(inputs[i:i + 1])
+      loss = -objective.log_likelihood_fn(labels[i:i + 1], outputs)[0]
       mean_output = outputs[0, 0]
-    terms.append((tape.gradient(loss, maximizer.locs), tape.gradient(mean_output, maximizer.locs),
+    terms.append((tape.gradient(loss, objective.locs), tape.gradient(mean_output, objective.locs),
                   float(outputs[0, 1])))
   return terms
 
@@ -249,19 +249,19 @@ def test_batch_terms_are_those_of_a_loop_over_examples(network):
   model = tf_keras.Sequential(body + [DenseReparameterization(1, **scales),
                                       HomoscedasticNoise(initial_scale=0.7)])
   for curvature in ("squared_gradients", "gauss_newton"):
-    maximizer = VognMaximizer(model, inputs, labels, gaussian_head_log_likelihood,
-                              VognSettings(curvature=curvature), batch_size=6)
+    objective = vogn_loop(model, inputs, labels, gaussian_head_log_likelihood,
+                          VognSettings(curvature=curvature), batch_size=6).objective
     noises = [layer.noise for layer in model.layers if hasattr(layer, "noise")]
     counters = [noise.counter.numpy() for noise in noises]
-    means, curvatures, _, _ = maximizer.batch_terms(inputs, labels)
-    loop = _loop_terms(maximizer, inputs, labels, noises, counters)
+    means, curvatures, _, _ = objective.batch_terms(inputs, labels)
+    by_example = _loop_terms(objective, inputs, labels, noises, counters)
     for index, (mean, batch_curvature) in enumerate(zip(means, curvatures)):
-      gradients = np.stack([g[index] for g, _, _ in loop])
+      gradients = np.stack([g[index] for g, _, _ in by_example])
       np.testing.assert_allclose(mean, gradients.mean(axis=0), rtol=1e-4, atol=1e-6)
       if curvature == "squared_gradients":
         expected = np.square(gradients).mean(axis=0)
       else:   # only the mean output depends on the weights: c_i = (d mean / d mu)^2 / scale^2
-        expected = np.mean([np.square(j[index]) / scale**2 for _, j, scale in loop], axis=0)
+        expected = np.mean([np.square(j[index]) / scale**2 for _, j, scale in by_example], axis=0)
       np.testing.assert_allclose(batch_curvature, expected, rtol=1e-4, atol=1e-7)
 
 
@@ -297,9 +297,9 @@ def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
   seed_everything(3)
   inputs, labels = _linear_regression_data(num_examples=256)
   model = _noisy_regression_network()
-  with loop_settings_scope(settings):
-    trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
-                          batch_size=64, settings=VognSettings(mc_samples=mc_samples))
+  trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood, learning_rate=0.01,
+                        batch_size=64, settings=VognSettings(mc_samples=mc_samples),
+                        loop_settings=settings)
   model(inputs[:1])
   return trainer.train(130).trace
 
@@ -307,7 +307,7 @@ def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
 def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla():
   """VOGN steps take their weight draws (mc_samples per step) from chunks, plainly and under XLA
   on the same numbers, and still learn. Catches VOGN's step-plan recording calling another
-  method of the same name as the base maximiser's forward pass (a TypeError at the first chunk)."""
+  method of the same name as the loop's forward pass (a TypeError at the first chunk)."""
   plain = _vogn_trace(LoopSettings(noise_chunk_steps=50))
   xla = _vogn_trace(LoopSettings(jit_compile=True, noise_chunk_steps=50))
   np.testing.assert_allclose(xla, plain, rtol=1e-4)

@@ -4,8 +4,8 @@ TensorFlow releases the interpreter while a compiled training loop runs, so a se
 can trace Python (a refiner's functions) and XLA can compile beside it. Tracing on both
 threads at once only takes turns at the interpreter, so the work is started when asked
 (`start`, e.g. after the training loop's first chunk has traced and compiled), not when made.
-The thread runs under the maker's `tf.distribute` strategy and context variables (loop
-settings, weight-noise mode), which are per thread, so it builds what the maker would have.
+The thread runs under the maker's `tf.distribute` strategy and context variables (the
+weight-noise mode, a draw plan), which are per thread, so it builds what the maker would have.
 """
 from __future__ import annotations
 

@@ -16,15 +16,18 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments, member_conv2d
-from auxiliary_sampling.loop_settings import current_loop_settings
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import derived_seed
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from auxiliary_sampling.validation import check_integer
 from methods.trainers.learning_rate import LearningRateSchedule
-from methods.trainers.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
+from methods.trainers.training import CheckpointedTraining, Penalty, TrainingResult
 
 VARIANCE_FLOOR = 1e-6
 
@@ -190,30 +193,32 @@ def regression_ensemble(num_members: int = 10, hidden_units: int = 50, num_hidde
       + [HeteroscedasticGaussianHead()])
 
 
-class AdversarialMaximizer(ElboMaximizer):
-  """Maximises N * mean[log p(y | x) + log p(y | x_adv)] per member (no KL): the ensemble objective.
+class AdversarialObjective(ElboObjective):
+  """N * mean[log p(y | x) + log p(y | x_adv)] per member and `kl_fn` (no KL: zero, or a
+  penalty): the ensemble objective, the ELBO objective with another likelihood term.
 
   x_adv = x + epsilon * sign(grad_x NLL(x)) (fast gradient sign, Goodfellow
   et al. 2015), computed per member on that member's own batch. With
   epsilon = 0 the objective is plain maximum likelihood.
   """
 
-  def __init__(self, *args, epsilon: float = 0.01, **kwargs):
-    super().__init__(*args, **kwargs)
+  def __init__(self, model: tf.Module, log_likelihood_fn: LogLikelihoodFn, kl_fn,
+               epsilon: float = 0.01):
+    super().__init__(model, log_likelihood_fn, kl_fn=kl_fn)
     if not epsilon >= 0:
       raise ValueError(f"epsilon={epsilon!r} must be >= 0")
     self.epsilon = float(epsilon)
 
-  def expected_log_likelihood_on_batch(self, inputs, labels) -> tf.Tensor:
+  def expected_log_likelihood(self, inputs, labels, num_examples: tf.Tensor) -> tf.Tensor:
     if self.epsilon == 0:
-      return super().expected_log_likelihood_on_batch(inputs, labels)
+      return super().expected_log_likelihood(inputs, labels, num_examples)
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(inputs)
       clean = self.log_likelihood_fn(labels, self.model_outputs(inputs))
     adversarial_inputs = tf.stop_gradient(inputs -
                                           self.epsilon * tf.sign(tape.gradient(clean, inputs)))
     adversarial = self.log_likelihood_fn(labels, self.model_outputs(adversarial_inputs))
-    return self.num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
+    return num_examples * tf.reduce_mean(clean + adversarial, axis=-1)
 
 
 def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
@@ -223,13 +228,15 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
                         checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                         steps_per_checkpoint: int = 5000,
                         penalty: Optional[Penalty] = None,
-                        input_transform: Optional[InputTransform] = None) -> TrainingResult:
+                        input_transform: Optional[InputTransform] = None,
+                        loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Trains all members of `model` together, each on its own minibatches, `num_steps` steps each.
 
   `learning_rate` is a constant or a `LearningRateSchedule`. The trace holds
   each member's objective N * mean[log p(y|x) + log p(y|x_adv)], minus N times
   `penalty(model)` ([M]: an L2 on the members' weights) if given;
-  `input_transform` augments every member's batches.
+  `input_transform` augments every member's batches; `loop_settings` say how the loop runs (its
+  `for_ensemble()`).
   """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
@@ -238,10 +245,11 @@ def train_deep_ensemble(model: tf_keras.Model, inputs, labels, log_likelihood_fn
 
   def kl_fn():
     return zero_kl if penalty is None else num_examples * penalty(model)
-  maximizer = AdversarialMaximizer(
-      model, inputs, labels, log_likelihood_fn, model.trainable_variables, batch_size=batch_size,
-      data_seed=seed, kl_fn=kl_fn, member_batches=num_members, epsilon=epsilon,
-      input_transform=input_transform, loop_settings=current_loop_settings().for_ensemble())
-  training = CheckpointedTraining(maximizer, learning_rate,
+  loop = TrainingLoop(AdversarialObjective(model, log_likelihood_fn, kl_fn, epsilon),
+                      GradientUpdate(Adam(model.trainable_variables)),
+                      UniformBatches(inputs, labels, batch_size, members=num_members),
+                      data_seed=seed, input_transform=input_transform,
+                      loop_settings=loop_settings.for_ensemble())
+  training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="deep_ensemble")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -29,7 +29,10 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.elbo_objective import GradientUpdate
+from auxiliary_sampling.training_batches import plain_data
+from auxiliary_sampling.training_loop import Objective, ReplicaBatch
+from auxiliary_sampling.validation import check_integer
 
 
 class IncrementalSurrogateOptimizer(tf.Module):
@@ -60,7 +63,7 @@ class IncrementalSurrogateOptimizer(tf.Module):
 
   def reset(self) -> None:
     """Forgets every surrogate: the next `num_blocks` applies only store (a new initialisation
-    pass if the maximiser's batch counter restarts with it, `ElboMaximizer.reseed`)."""
+    pass if the loop's batch counter restarts with it, `TrainingLoop.reseed`)."""
     for state in (self.stored_iterates + self.stored_gradients + self.iterate_sums
                   + self.gradient_sums):
       state.assign(tf.zeros_like(state))
@@ -85,30 +88,27 @@ class IncrementalSurrogateOptimizer(tf.Module):
       variable.assign(tf.where(moving, minimiser, current))
 
 
-class MissoMaximizer(ElboMaximizer):
-  """`ElboMaximizer` whose steps take fixed blocks of examples and the MISSO update."""
+class BlockBatches:
+  """The training set split once, from `data_seed`, into ceil(N / B) fixed blocks of B examples
+  (the last wrapping around to the first examples); step `count` takes block count - 1 during
+  the initialisation pass, then uniformly drawn blocks."""
 
-  def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn, variables, *,
-               batch_size: int, data_seed: int = 0, **kwargs):
-    if kwargs.get("member_batches") is not None or kwargs.get("grouped_data"):
-      raise ValueError("MISSO's blocks are of one fixed training set shared by all members")
-    num_examples = int(np.shape(inputs)[0])
-    self.num_blocks = math.ceil(num_examples / batch_size)
-
-    def surrogates(variables_to_train):
-      return IncrementalSurrogateOptimizer(variables_to_train, self.num_blocks)
-    super().__init__(model, inputs, labels, log_likelihood_fn, variables, batch_size=batch_size,
-                     data_seed=data_seed, optimizer_factory=surrogates, **kwargs)
-    if self.strategy.num_replicas_in_sync > 1:
-      raise ValueError(f"MISSO keeps its surrogates on one device, but the strategy has "
-                       f"{self.strategy.num_replicas_in_sync} replicas; allowed: one replica")
-    order = np.random.default_rng(data_seed).permutation(num_examples)
-    positions = np.arange(self.num_blocks * batch_size) % num_examples
+  def __init__(self, inputs, labels, batch_size: int, data_seed: int):
+    self.inputs, self.labels = plain_data(inputs, labels)
+    self.batch_size = check_integer("batch_size", batch_size)
+    self.num_examples = int(self.inputs.shape[0])
+    self.num_blocks = math.ceil(self.num_examples / batch_size)
+    order = np.random.default_rng(data_seed).permutation(self.num_examples)
+    positions = np.arange(self.num_blocks * batch_size) % self.num_examples
     self.blocks = tf.constant(order[positions].reshape(self.num_blocks, batch_size), tf.int64)
+    # Each example's block as a first example: no two blocks start with the same one.
     self.block_starts = tf.constant(np.argsort(order) // batch_size, tf.int64)
 
-  def _example_indices(self, seed, first_count, num_steps):
-    """Block (count - 1) during the initialisation pass, then uniformly drawn blocks."""
+  @property
+  def batch_shape(self) -> list[int]:
+    return [self.batch_size]
+
+  def example_indices(self, seed, first_count, num_steps):
     steps = 1 if num_steps is None else num_steps
     counts = tf.cast(first_count, tf.int64) + tf.range(steps, dtype=tf.int64)
     drawn = tf.random.stateless_uniform([steps], seed=seed, maxval=self.num_blocks,
@@ -117,7 +117,28 @@ class MissoMaximizer(ElboMaximizer):
     indices = tf.gather(self.blocks, blocks)
     return indices[0] if num_steps is None else indices
 
-  def _replica_step(self, indices, transform_seed, learning_rate):
-    """The step of block `indices` (its first example is in no other block's first place)."""
-    self.optimizer.block.assign(tf.gather(self.block_starts, indices[0]))
-    return super()._replica_step(indices, transform_seed, learning_rate)
+  def gather(self, data, indices):
+    return tf.gather(data, indices)
+
+
+class SurrogateUpdate(tf.Module):
+  """MISSO's step: the gradient of the block's objective refreshes its surrogate
+  (`IncrementalSurrogateOptimizer`), the block named by the batch's first example."""
+
+  def __init__(self, surrogates: IncrementalSurrogateOptimizer, batches: BlockBatches):
+    super().__init__(name="surrogate_update")
+    strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync > 1:
+      raise ValueError(f"MISSO keeps its surrogates on one device, but the strategy has "
+                       f"{strategy.num_replicas_in_sync} replicas; allowed: one replica")
+    self.optimizer = surrogates
+    self.batches = batches
+    self.gradient_update = GradientUpdate(surrogates)
+
+  def reset(self) -> None:
+    self.optimizer.reset()
+
+  def step(self, objective: Objective, batch: ReplicaBatch, learning_rate: tf.Tensor
+           ) -> tuple[tf.Tensor, tf.Tensor]:
+    self.optimizer.block.assign(tf.gather(self.batches.block_starts, batch.indices[0]))
+    return self.gradient_update.step(objective, batch, learning_rate)

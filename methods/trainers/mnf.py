@@ -30,14 +30,18 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
 from auxiliary_sampling.layers import conv_arguments
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.validation import check_integer
 from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import CheckpointedTraining, TrainingResult
@@ -353,15 +357,18 @@ def train_mnf(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihood
               batch_size: int = 256,
               seed: int = 0, checkpoint_dir: Optional[str] = None,
               summary_dir: Optional[str] = None,
-              steps_per_checkpoint: int = 5000) -> TrainingResult:
+              steps_per_checkpoint: int = 5000,
+              loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Maximises the MNF lower bound (KL divided by N) with Adam.
 
   30,000 steps by default (paper Sec. 4.1).
   """
   inputs, labels = check_data(inputs, labels)
   model(inputs[:1])
-  maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn, model.trainable_variables,
-                            batch_size=batch_size, data_seed=seed, kl_fn=lambda: mnf_kl(model))
-  training = CheckpointedTraining(maximizer, learning_rate,
+  loop = TrainingLoop(ElboObjective(model, log_likelihood_fn, kl_fn=lambda: mnf_kl(model)),
+                      GradientUpdate(Adam(model.trainable_variables)),
+                      UniformBatches(inputs, labels, batch_size), data_seed=seed,
+                      loop_settings=loop_settings)
+  training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name="mnf")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

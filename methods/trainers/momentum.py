@@ -1,4 +1,4 @@
-"""SGD with heavy-ball momentum, as an optimiser of `ElboMaximizer` (the "Momentum" baseline of
+"""SGD with heavy-ball momentum, as an optimiser of a `GradientUpdate` (the "Momentum" baseline of
 the MISSO note's Figure 1: the anonymous note "Variational Inference and Dropout")."""
 from __future__ import annotations
 

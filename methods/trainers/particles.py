@@ -31,13 +31,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.noise import MemberNoise, derived_seed
 from auxiliary_sampling.predictive import gaussian_log_likelihood
+from auxiliary_sampling.training_batches import GroupedBatches, UniformBatches
 from auxiliary_sampling.training_data import check_data
+from auxiliary_sampling.training_loop import ReplicaBatch, TrainingLoop
 from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
 from methods.trainers.deep_ensemble import FanSumNormal, MemberDense, member_regression_layers
-from methods.trainers.gaussian_head import HomoscedasticNoise, gaussian_head_log_likelihood
+from methods.trainers.gaussian_head import HomoscedasticNoise
 from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import CheckpointedTraining, TrainingResult
 
@@ -198,59 +201,46 @@ def regression_particles(num_particles: int, hidden_units: int, num_hidden_layer
       + [HomoscedasticNoise(num_members=num_particles, initial_scale=initial_noise_scale)])
 
 
-class ParticleMaximizer(ElboMaximizer):
-  """SVGD steps (weight space, or function space with `function_space` settings) with Adam.
+class ParticleObjective(tf.Module):
+  """Each particle's log joint on a step's batch and its SVGD direction (weight space, or
+  function space with `function_space` settings).
 
-  Adam takes -phi as the gradient (the authors' use of it). The trace holds each particle's log
-  joint on the step's batch, N * mean log p(y | x) + log prior, and its "KL" the negative log
-  prior (the weights' and noise's; f-SVGD's: the Gaussian function-space prior at its points).
-  With `grouped_data` (inputs and labels [G, capacity, ...], `num_examples` a variable as in
-  `ElboMaximizer`: a bandit's per-seed histories) the M particles form G independent sets of
-  M / G, set g on group g's data, each set with its own batch, kernel and prior draws; otherwise
-  one set on one dataset. The particles share one device: the kernel needs every particle.
+  `terms` are the log-likelihood term, N * mean log p(y | x), and the negative log prior (the
+  weights' and noise's; f-SVGD's: the Gaussian function-space prior at its points); the trace
+  holds their difference, the log joint. With `GroupedBatches` (a bandit's per-seed histories)
+  the M particles form G independent sets of M / G, set g on group g's data, each set with its
+  own batch, kernel and prior draws; otherwise one set on one dataset. The batches hold
+  `batch_size` likelihood rows, then f-SVGD's extra rows.
   """
 
-  def __init__(self, model: tf.Module, inputs, labels, *, batch_size: int, data_seed: int = 0,
+  def __init__(self, model: tf.Module, batches: UniformBatches | GroupedBatches, *,
+               batch_size: int, data_seed: int = 0,
                function_space: Optional[FunctionSpaceSettings] = None,
-               network: Optional[ParticleNetwork] = None, grouped_data: bool = False,
-               num_examples: Optional[tf.Variable] = None, **kwargs):
+               network: Optional[ParticleNetwork] = None):
+    super().__init__(name="particle_objective")
+    self.model = model
     self.network = network or ParticleNetwork.of_sequential(model)
     self.function_space = function_space
+    self.batch_size = batch_size
+    self.variables_to_train = list(model.trainable_variables)
     num_particles = int(self.network.noise_layer.untransformed_noise_scale.shape[0])
-    self.num_groups = int(inputs.shape[0]) if grouped_data else 1
+    self.grouped = isinstance(batches, GroupedBatches)
+    if not self.grouped and batches.members is not None:
+      raise ValueError("the particles of one set share each batch: build UniformBatches "
+                       "without members")
+    self.num_groups = batches.num_groups if self.grouped else 1
     if num_particles % self.num_groups or num_particles // self.num_groups < 2:
       raise ValueError(f"{num_particles} particles do not form {self.num_groups} sets of at "
                        "least 2; allowed: a multiple of the groups, at least twice as many")
     self.particles_per_group = num_particles // self.num_groups
-    super().__init__(model, inputs, labels, gaussian_head_log_likelihood,
-                     model.trainable_variables, batch_size=batch_size, data_seed=data_seed,
-                     member_batches=num_particles if grouped_data else None,
-                     grouped_data=grouped_data, num_examples=num_examples, **kwargs)
-    if self.strategy.num_replicas_in_sync > 1:
-      raise ValueError("particle methods run on one device (the kernel couples every "
-                       f"particle), but the strategy has {self.strategy.num_replicas_in_sync} "
-                       "replicas; allowed: one replica")
+    rows = batch_size + (0 if function_space is None else function_space.extra_batch)
+    if batches.batch_size != rows:
+      raise ValueError(f"the batches hold {batches.batch_size} rows; allowed: {rows}, the "
+                       "likelihood batch and f-SVGD's extra batch")
     # f-SVGD's perturbations and prior networks (a stream of its own, checkpointed with the run).
     self.prior_noise = MemberNoise(None, name="function_prior_noise",
                                    initial_seed=derived_seed(data_seed, _PRIOR_STREAM))
-    self.input_size = int(np.prod(self.inputs.shape[2 if grouped_data else 1:]))
-
-  @property
-  def _batch_shape(self) -> list[int]:
-    """The likelihood batch, then f-SVGD's extra batch (per particle with groups)."""
-    extra = 0 if self.function_space is None else self.function_space.extra_batch
-    rows = [self.batch_size + extra]
-    return rows if self.member_batches is None else [self.member_batches, *rows]
-
-  def _example_indices(self, seed, first_count, num_steps):
-    """Uniform with replacement; with groups one batch per group, shared by its particles."""
-    if self.member_batches is None:
-      return super()._example_indices(seed, first_count, num_steps)
-    steps = [] if num_steps is None else [num_steps]
-    indices = tf.random.stateless_uniform(
-        [*steps, self.num_groups, self._batch_shape[-1]], seed=seed,
-        maxval=tf.cast(self.num_examples, tf.int64), dtype=tf.int64)
-    return tf.repeat(indices, self.particles_per_group, axis=-2)
+    self.input_size = int(np.prod(batches.inputs.shape[2 if self.grouped else 1:]))
 
   def _by_group(self, values: tf.Tensor) -> tf.Tensor:
     """[M, ...] -> [G, M / G, ...]."""
@@ -259,24 +249,25 @@ class ParticleMaximizer(ElboMaximizer):
   def _group_rows(self, rows: tf.Tensor) -> tf.Tensor:
     """One copy per group of rows the particles of a group share: [M, R, ...] with groups,
     [R, ...] without -> [G, R, ...]."""
-    if self.member_batches is None:
+    if not self.grouped:
       return rows[tf.newaxis]
     return rows[::self.particles_per_group]
 
-  def _log_likelihood(self, labels, values, scale) -> tf.Tensor:
+  def _log_likelihood(self, labels, values, scale, num_examples: tf.Tensor) -> tf.Tensor:
     """[n] N * mean over the batch of log N(y | values, scale^2)."""
     log_likelihood = gaussian_log_likelihood(labels[..., 0], values, scale[:, tf.newaxis])
-    return self._num_examples_float * tf.reduce_mean(log_likelihood, axis=-1)
+    return num_examples * tf.reduce_mean(log_likelihood, axis=-1)
 
-  def _function_space_points(self, inputs) -> tuple[tf.Tensor, tf.Tensor]:
+  def _function_space_points(self, inputs, num_examples: tf.Tensor
+                             ) -> tuple[tf.Tensor, tf.Tensor]:
     """(the step's points [M?, B + E, d]: the batch, then the extra inputs perturbed by the
     KDE's noise, std kde_scale / sqrt(N d); the [G, S, P] prior draws at the prior points).
     Every random draw of an f-SVGD step is made here."""
     settings = self.function_space
     extra = self._group_rows(inputs[..., self.batch_size:, :])
-    kde_std = settings.kde_scale / tf.sqrt(self._num_examples_float * self.input_size)
+    kde_std = settings.kde_scale / tf.sqrt(num_examples * self.input_size)
     extra = extra + kde_std * self.prior_noise.normal(extra.shape)
-    if self.member_batches is None:
+    if not self.grouped:
       extra = extra[0]
     else:
       extra = tf.repeat(extra, self.particles_per_group, axis=0)
@@ -303,36 +294,32 @@ class ParticleMaximizer(ElboMaximizer):
     at_points = self._by_group(tf.gather(values, self._prior_columns, axis=1))
     return tf.reshape(gaussian_log_density(at_points, mean, precision), [-1])
 
-  def _replica_terms(self, num_replicas, replica, inputs, labels, transform_seed):
+  def terms(self, batch: ReplicaBatch) -> tuple[tf.Tensor, tf.Tensor]:
     """(log-likelihood term, negative log prior) of every particle: the step's forward pass."""
-    del num_replicas, replica, transform_seed
     noise_scale = self.network.noise_layer.noise_scale[:, 0]
-    labels = labels[..., :self.batch_size, :]
+    labels = batch.labels[..., :self.batch_size, :]
     if self.function_space is None:
-      values = self.model(inputs, training=True)[..., 0]
-      return (self._log_likelihood(labels, values, noise_scale),
+      values = self.model(batch.inputs, training=True)[..., 0]
+      return (self._log_likelihood(labels, values, noise_scale, batch.num_examples),
               -log_weight_prior(self.network.dense_layers, self.network.weight_prior_scale)
               - log_noise_prior(noise_scale))
-    points, draws = self._function_space_points(inputs)
+    points, draws = self._function_space_points(batch.inputs, batch.num_examples)
     values = self.model(points, training=True)[..., 0]
-    return (self._log_likelihood(labels, values[:, :self.batch_size], noise_scale),
+    return (self._log_likelihood(labels, values[:, :self.batch_size], noise_scale,
+                                 batch.num_examples),
             -self._function_log_prior(values, draws) - log_noise_prior(noise_scale))
 
-  def _replica_step(self, indices, transform_seed, learning_rate):
-    """One SVGD step of every particle; (log joint, negative log prior) per particle."""
-    _, _, _, inputs, labels = self._replica_share(indices)
+  def stein_gradients(self, batch: ReplicaBatch) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+    """(-phi as a gradient per variable, log-likelihood term, negative log prior) of every
+    particle: SVGD's direction in weight space, or f-SVGD's in function space."""
     if self.function_space is None:
-      gradients, log_likelihood, negative_log_prior = self._weight_space_gradients(inputs, labels)
-    else:
-      gradients, log_likelihood, negative_log_prior = self._function_space_gradients(inputs,
-                                                                                      labels)
-    self.optimizer.apply(gradients, learning_rate)
-    return log_likelihood - negative_log_prior, negative_log_prior
+      return self._weight_space_gradients(batch)
+    return self._function_space_gradients(batch)
 
-  def _weight_space_gradients(self, inputs, labels):
+  def _weight_space_gradients(self, batch: ReplicaBatch):
     """-phi over the flattened weights and noise scale of every particle."""
     with tf.GradientTape() as tape:
-      log_likelihood, negative_log_prior = self._replica_terms(1, 0, inputs, labels, None)
+      log_likelihood, negative_log_prior = self.terms(batch)
       total_log_joint = tf.reduce_sum(log_likelihood - negative_log_prior)
     variables = self.variables_to_train
     scores = tape.gradient(total_log_joint, variables)
@@ -346,24 +333,25 @@ class ParticleMaximizer(ElboMaximizer):
                  for part, v in zip(tf.split(direction, sizes, axis=1), variables)]
     return gradients, log_likelihood, negative_log_prior
 
-  def _function_space_gradients(self, inputs, labels):
+  def _function_space_gradients(self, batch: ReplicaBatch):
     """-phi back-propagated through every particle's function values (the weights), and the
     gradient of the negative log posterior of the noise scales (MAP)."""
     noise_variable = self.network.noise_layer.untransformed_noise_scale
-    labels = labels[..., :self.batch_size, :]
+    labels = batch.labels[..., :self.batch_size, :]
+    num_examples = batch.num_examples
     with tf.GradientTape(persistent=True) as tape:
-      points, draws = self._function_space_points(inputs)
+      points, draws = self._function_space_points(batch.inputs, num_examples)
       values = self.model(points, training=True)[..., 0]
       noise_scale = self.network.noise_layer.noise_scale[:, 0]
       noise_loss = -tf.reduce_sum(self._log_likelihood(
-          labels, tf.stop_gradient(values[:, :self.batch_size]), noise_scale)
-                                  + log_noise_prior(noise_scale)) / self._num_examples_float
+          labels, tf.stop_gradient(values[:, :self.batch_size]), noise_scale, num_examples)
+                                  + log_noise_prior(noise_scale)) / num_examples
     fixed_values = tf.stop_gradient(values)
     fixed_scale = tf.stop_gradient(noise_scale)
     with tf.GradientTape() as score_tape:
       score_tape.watch(fixed_values)
       log_likelihood = self._log_likelihood(labels, fixed_values[:, :self.batch_size],
-                                            fixed_scale)
+                                            fixed_scale, num_examples)
       log_prior = self._function_log_prior(fixed_values, draws)
       total_log_joint = tf.reduce_sum(log_likelihood + log_prior)
     scores = score_tape.gradient(total_log_joint, fixed_values)
@@ -381,12 +369,54 @@ class ParticleMaximizer(ElboMaximizer):
     return gradients, log_likelihood, -log_prior - log_noise_prior(fixed_scale)
 
 
+class SteinUpdate(tf.Module):
+  """A step of `optimizer` (Adam) along the objective's SVGD direction, -phi taken as the
+  gradient (the authors' use of Adam); records each particle's log joint and negative log prior.
+  The particles share one device: the kernel needs every particle."""
+
+  def __init__(self, optimizer: tf.Module):
+    super().__init__(name="stein_update")
+    strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync > 1:
+      raise ValueError("particle methods run on one device (the kernel couples every "
+                       f"particle), but the strategy has {strategy.num_replicas_in_sync} "
+                       "replicas; allowed: one replica")
+    self.optimizer = optimizer
+
+  def reset(self) -> None:
+    self.optimizer.reset()
+
+  def step(self, objective: ParticleObjective, batch: ReplicaBatch, learning_rate: tf.Tensor
+           ) -> tuple[tf.Tensor, tf.Tensor]:
+    gradients, log_likelihood, negative_log_prior = objective.stein_gradients(batch)
+    self.optimizer.apply(gradients, learning_rate)
+    return log_likelihood - negative_log_prior, negative_log_prior
+
+
+def particle_batch_rows(batch_size: int, function_space: Optional[FunctionSpaceSettings]) -> int:
+  """Rows of a particle step's batch: the likelihood batch, then f-SVGD's extra batch."""
+  return batch_size + (0 if function_space is None else function_space.extra_batch)
+
+
+def particle_loop(model: tf.Module, batches: UniformBatches | GroupedBatches, *, batch_size: int,
+                  data_seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
+                  network: Optional[ParticleNetwork] = None,
+                  loop_settings: LoopSettings = LoopSettings()) -> TrainingLoop:
+  """SVGD (f-SVGD with `function_space`) of the particles of `model` with Adam, on `batches` of
+  `particle_batch_rows(batch_size, function_space)` rows."""
+  objective = ParticleObjective(model, batches, batch_size=batch_size, data_seed=data_seed,
+                                function_space=function_space, network=network)
+  return TrainingLoop(objective, SteinUpdate(Adam(objective.variables_to_train)), batches,
+                      data_seed=data_seed, loop_settings=loop_settings)
+
+
 def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: int,
                     learning_rate: float | LearningRateSchedule = 4e-3, batch_size: int = 100,
                     seed: int = 0, function_space: Optional[FunctionSpaceSettings] = None,
                     checkpoint_dir: Optional[str] = None, summary_dir: Optional[str] = None,
                     steps_per_checkpoint: int = 5000,
-                    weight_prior_scale: Optional[float] = None) -> TrainingResult:
+                    weight_prior_scale: Optional[float] = None,
+                    loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """SVGD (or f-SVGD with `function_space`) of every particle of `model` for `num_steps` steps,
   checkpointed and resumable like every trainer (`methods.trainers.training`). `weight_prior_scale`:
   one prior std for every weight (None: the f-POVI paper's N(0, 1/fan_out))."""
@@ -394,11 +424,13 @@ def train_particles(model: tf_keras.Sequential, inputs, labels, *, num_steps: in
   model(inputs[:1])
   network = dataclasses.replace(ParticleNetwork.of_sequential(model),
                                 weight_prior_scale=weight_prior_scale)
-  maximizer = ParticleMaximizer(model, inputs, labels, batch_size=batch_size, data_seed=seed,
-                                function_space=function_space, network=network)
+  batches = UniformBatches(inputs, labels, particle_batch_rows(batch_size, function_space))
+  loop = particle_loop(model, batches, batch_size=batch_size, data_seed=seed,
+                       function_space=function_space, network=network,
+                       loop_settings=loop_settings)
   name = "svgd" if function_space is None else "fsvgd"
-  training = CheckpointedTraining(maximizer, learning_rate,
+  training = CheckpointedTraining(loop, learning_rate,
                                   steps_per_checkpoint=steps_per_checkpoint, name=name,
-                                  extra_state={"function_prior_noise": maximizer.prior_noise},
+                                  extra_state={"function_prior_noise": loop.objective.prior_noise},
                                   objective_name="log joint")
   return training.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

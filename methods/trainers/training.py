@@ -1,7 +1,8 @@
 """Long training runs: chunks of the compiled loop, checkpoints, resume, `tf.summary`.
 
-Every baseline trains through `ElboMaximizer` (one compiled loop); this module
+Every baseline trains through a `TrainingLoop` (one compiled loop); this module
 runs that loop in chunks of `steps_per_checkpoint` steps. After each chunk it
+logs a progress line (and the loop logs one about every 30 s inside a long chunk) and
 saves everything the next step depends on (model variables including the noise
 streams' counters, Adam moments, the batch counter, the step, the accumulated
 training seconds and the trace) and writes `tf.summary` scalars. A rerun
@@ -21,10 +22,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
+from auxiliary_sampling.training_loop import TrainingLoop
 from common.distribution import writes_run_files
 from methods.trainers.learning_rate import LearningRateSchedule
 
@@ -33,8 +34,6 @@ _TRACE_FILENAME = "trace.npz"
 # model -> penalty of its point-estimated weights per training example (an L2 term as a Keras
 # loss would add it); trainers subtract N times it from the objective.
 Penalty = Callable[[tf.Module], tf.Tensor]
-# (training images, stateless seed) -> augmented images (common.image_augmentation).
-InputTransform = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 @dataclasses.dataclass
@@ -89,15 +88,15 @@ class _ScalarWriter:
 
 
 class CheckpointedTraining:
-  """Trains with `maximizer` up to a step count, checkpointing and logging as it goes."""
+  """Trains with `loop` up to a step count, checkpointing and logging as it goes."""
 
-  def __init__(self, maximizer: ElboMaximizer, learning_rate: float | LearningRateSchedule, *,
+  def __init__(self, loop: TrainingLoop, learning_rate: float | LearningRateSchedule, *,
                steps_per_checkpoint: int = 5000, summary_every: int = 100, name: str = "training",
                extra_state: Optional[dict[str, tf.Module]] = None,
                objective_name: str = "ELBO"):
     """`learning_rate`: a constant, or a schedule over the steps (chunks end at its boundaries).
-    `extra_state`: further objects a step depends on (a maximiser's own random streams), saved
-    under their names. `objective_name`: what the maximiser's trace is, in progress lines and
+    `extra_state`: further objects a step depends on (an objective's own random streams), saved
+    under their names. `objective_name`: what the loop's trace is, in progress lines and
     as the summary tag (lower case, spaces as underscores)."""
     if not isinstance(learning_rate, LearningRateSchedule):
       if not learning_rate > 0:
@@ -107,7 +106,7 @@ class CheckpointedTraining:
       raise ValueError(
           f"steps_per_checkpoint={steps_per_checkpoint} and summary_every={summary_every} "
           "must be >= 1")
-    self.maximizer = maximizer
+    self.loop = loop
     self.name = name
     self.learning_rate = learning_rate
     self.steps_per_checkpoint = int(steps_per_checkpoint)
@@ -115,8 +114,9 @@ class CheckpointedTraining:
     self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
     self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_seconds")
     self.checkpoint = tf.train.Checkpoint(
-        model=maximizer.model, optimizer=maximizer.optimizer, batch_counter=maximizer.batch_counter,
-        step=self.step, train_seconds=self.train_seconds, **(extra_state or {}))
+        model=loop.objective.model, optimizer=loop.update.optimizer,
+        batch_counter=loop.batch_counter, step=self.step, train_seconds=self.train_seconds,
+        **(extra_state or {}))
     self.objective_name = objective_name
     self.traces: list[np.ndarray] = []
     self.kl_traces: list[np.ndarray] = []
@@ -178,8 +178,12 @@ class CheckpointedTraining:
       chunk = min(self.steps_per_checkpoint, num_steps - first_step,
                   self.learning_rate.steps_at_this_rate(first_step) or num_steps)
       started = time.perf_counter()
-      trace, kl_trace = self.maximizer.maximize(chunk, self.learning_rate.rate(first_step),
-                                                return_kl=True)
+
+      def report(done: int, trace: np.ndarray, first_step: int = first_step) -> None:
+        """A progress line inside a long chunk (about every 30 s)."""
+        progress.log(first_step + done, float(np.mean(trace[-self.summary_every:])))
+      trace, kl_trace = self.loop.maximize(chunk, self.learning_rate.rate(first_step),
+                                           return_kl=True, progress=report)
       chunk_timings.append((chunk, time.perf_counter() - started))
       self.train_seconds.assign_add(chunk_timings[-1][1])
       self.step.assign_add(chunk)

@@ -13,14 +13,18 @@ from typing import Optional
 
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
+from auxiliary_sampling.adam import Adam
+from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
+from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import model_kl
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
 from methods.trainers.trainer_options import VI_OPTIMIZERS
 from methods.trainers.learning_rate import LearningRateSchedule
-from methods.trainers.misso import MissoMaximizer
+from methods.trainers.misso import BlockBatches, IncrementalSurrogateOptimizer, SurrogateUpdate
 from methods.trainers.momentum import MomentumSgd
-from methods.trainers.training import CheckpointedTraining, InputTransform, Penalty, TrainingResult
+from methods.trainers.training import CheckpointedTraining, Penalty, TrainingResult
 
 __all__ = ["MeanFieldTrainer", "TrainingResult", "train_mean_field"]
 
@@ -34,7 +38,7 @@ class MeanFieldTrainer(CheckpointedTraining):
   draw per step, Bayes by backprop's estimator). With `penalty` (the L2 of a partly
   deterministic network's point estimates) the objective is the ELBO minus N * penalty; the
   trace then holds that.
-  `input_transform` augments every training batch.
+  `input_transform` augments every training batch; `loop_settings` say how the loop runs.
   """
 
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
@@ -42,7 +46,7 @@ class MeanFieldTrainer(CheckpointedTraining):
                seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
                penalty: Optional[Penalty] = None, input_transform: Optional[InputTransform] = None,
                optimizer: str = "adam", momentum: float = 0.9,
-               weight_noise: str = "per_example"):
+               weight_noise: str = "per_example", loop_settings: LoopSettings = LoopSettings()):
     inputs, labels = check_data(inputs, labels)
     model(inputs[:1])
     kl_fn = None
@@ -53,19 +57,19 @@ class MeanFieldTrainer(CheckpointedTraining):
         return model_kl(model) + num_examples * penalty(model)
     if optimizer not in VI_OPTIMIZERS:
       raise ValueError(f"optimizer={optimizer!r} is not known; allowed: {', '.join(VI_OPTIMIZERS)}")
-    common = dict(batch_size=batch_size, data_seed=seed, kl_fn=kl_fn,
-                  input_transform=input_transform, weight_noise=weight_noise)
+    objective = ElboObjective(model, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise)
+    variables = model.trainable_variables
     if optimizer == "misso":
-      maximizer = MissoMaximizer(model, inputs, labels, log_likelihood_fn,
-                                 model.trainable_variables, **common)
+      batches = BlockBatches(inputs, labels, batch_size, data_seed=seed)
+      update = SurrogateUpdate(IncrementalSurrogateOptimizer(variables, batches.num_blocks),
+                               batches)
     else:
-      factory = None
-      if optimizer == "momentum":
-        def factory(variables):
-          return MomentumSgd(variables, momentum)
-      maximizer = ElboMaximizer(model, inputs, labels, log_likelihood_fn,
-                                model.trainable_variables, optimizer_factory=factory, **common)
-    super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
+      batches = UniformBatches(inputs, labels, batch_size)
+      update = GradientUpdate(MomentumSgd(variables, momentum) if optimizer == "momentum"
+                              else Adam(variables))
+    loop = TrainingLoop(objective, update, batches, data_seed=seed,
+                        input_transform=input_transform, loop_settings=loop_settings)
+    super().__init__(loop, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vi")
 
 
@@ -73,7 +77,8 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
                      num_steps: int = 30_000, learning_rate: float = 1e-3, batch_size: int = 256,
                      seed: int = 0, checkpoint_dir: Optional[str] = None,
                      summary_dir: Optional[str] = None,
-                     steps_per_checkpoint: int = 5000) -> TrainingResult:
+                     steps_per_checkpoint: int = 5000,
+                     loop_settings: LoopSettings = LoopSettings()) -> TrainingResult:
   """Trains `model` by maximising its ELBO for `num_steps` Adam steps (paper Section 4.1).
 
   With `checkpoint_dir`, resumes from the checkpoint there and saves one every
@@ -82,5 +87,6 @@ def train_mean_field(model: tf.Module, inputs, labels, log_likelihood_fn: LogLik
   """
   trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn, learning_rate=learning_rate,
                              batch_size=batch_size, seed=seed,
-                             steps_per_checkpoint=steps_per_checkpoint)
+                             steps_per_checkpoint=steps_per_checkpoint,
+                             loop_settings=loop_settings)
   return trainer.train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir)

@@ -25,11 +25,13 @@ from auxiliary_sampling.predictive import posterior_draws
 from auxiliary_sampling.refine import RefinementResult, Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
 from auxiliary_sampling.training_data import LogLikelihoodFn
+from auxiliary_sampling.training_loop import InputTransform
 from methods.trainers.background import BackgroundWork
 from methods.trainers.learning_rate import LearningRateSchedule
-from methods.trainers.training import InputTransform, Penalty
+from methods.trainers.training import Penalty
 from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
+from common.distribution import loop_settings_of
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.
@@ -89,6 +91,7 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
     def checkpoint_dir_fn(trainer):
       return os.path.join(output_dir, "checkpoints", trainer)
   num_examples = int(np.shape(inputs)[0])
+  loop_settings = loop_settings_of(config)
   model = model_fn(None)
   if fit == VOGN:
     if penalty is not None or input_transform is not None:
@@ -98,7 +101,8 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
                           settings=config.vogn_settings(),
                           learning_rate=LearningRateSchedule(config.vogn_learning_rate),
                           batch_size=config.batch_size, seed=config.seed,
-                          steps_per_checkpoint=config.checkpoint_interval(num_examples))
+                          steps_per_checkpoint=config.checkpoint_interval(num_examples),
+                          loop_settings=loop_settings)
   else:
     trainer_name = VI
     trainer = MeanFieldTrainer(model, inputs, labels, log_likelihood_fn,
@@ -107,7 +111,7 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
                                steps_per_checkpoint=config.checkpoint_interval(num_examples),
                                penalty=penalty, input_transform=input_transform,
                                optimizer=config.vi_optimizer, momentum=config.vi_momentum,
-                               weight_noise=config.vi_weight_noise)
+                               weight_noise=config.vi_weight_noise, loop_settings=loop_settings)
   vi_steps = config.num_steps(VI, num_examples)
   build_refiner = None
   if then == REFINE:
@@ -119,7 +123,7 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
         Refiner, model_fn, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
         batch_size=config.batch_size, weight_noise=config.refine_weight_noise,
         refit_deterministic=config.refit_deterministic, penalty_fn=penalty_fn,
-        input_transform=input_transform)
+        input_transform=input_transform, loop_settings=loop_settings)
   timings = {}
   refiner, preparation = None, None
   # The refiner traces (and compiles) on a second thread while VI trains, from the end of VI's

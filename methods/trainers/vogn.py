@@ -43,14 +43,15 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from auxiliary_sampling.adam import Adam
-from auxiliary_sampling.batch_shards import batch_shard
-from auxiliary_sampling.elbo_maximizer import ElboMaximizer
-from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.linear_calls import (LinearCall, calls_producing, gauss_newton_mean,
                                              mean_and_mean_square, record_linear_calls)
-from auxiliary_sampling.model_parameters import mean_field_parameters
+from auxiliary_sampling.loop_settings import LoopSettings
+from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.parameters import softplus_inverse
+from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
+from auxiliary_sampling.training_loop import ReplicaBatch, TrainingLoop
+from auxiliary_sampling.weight_noise import weight_noise_scope
 from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import CheckpointedTraining
 from methods.trainers.vogn_settings import VognSettings
@@ -66,32 +67,27 @@ class VognState(tf.Module):
     self.adam = Adam(others) if others else None
 
 
-class VognMaximizer(ElboMaximizer):
-  """`ElboMaximizer`'s compiled loop and data stream with VOGN's step in place of Adam's.
+class VognObjective(tf.Module):
+  """The ELBO's terms as VOGN steps on them: at `mc_samples` per_batch weight draws, the batch
+  means of the per-example gradients of -log p and of their curvature terms, the other
+  trainables' gradients and the mean log p. `terms` is the step's forward pass (what a step plan
+  records for noise drawn ahead of chunks); the trace is the usual minibatch ELBO estimate
+  (N * mean log p - KL), whatever tau is."""
 
-  The trace is the usual minibatch ELBO estimate (N * mean log p - KL), whatever tau is.
-  """
-
-  def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
-               settings: VognSettings, batch_size: int, data_seed: int = 0):
-    inputs, labels = check_data(inputs, labels)
-    model(inputs[:1])
-    self.parameters = mean_field_parameters(model)
-    if not self.parameters:
-      raise ValueError("VOGN needs a model with Gaussian mean-field parameters")
-    if any(p.num_members is not None for p in self.parameters):
-      raise ValueError("VOGN trains one posterior: build the model without a member axis")
-    if any(p.untransformed_prior_scale.trainable for p in self.parameters):
-      raise ValueError("VOGN sets its prior itself (fixed or by closed-form empirical Bayes): "
-                       "build the model with trainable_prior_scale=False")
-    locs = [p.posterior_loc for p in self.parameters]
-    mean_field_ids = {id(v) for p in self.parameters for v in p.state_variables}
-    others = [v for v in model.trainable_variables if id(v) not in mean_field_ids]
-    super().__init__(model, inputs, labels, log_likelihood_fn, locs + others,
-                     batch_size=batch_size, data_seed=data_seed, weight_noise="per_batch")
+  def __init__(self, model: tf.Module, log_likelihood_fn: LogLikelihoodFn,
+               settings: VognSettings, parameters: list, others: list[tf.Variable]):
+    super().__init__(name="vogn_objective")
+    self.model = model
+    self.log_likelihood_fn = log_likelihood_fn
     self.settings = settings
-    self.locs, self.others = locs, others
-    self.optimizer = VognState(locs, others)
+    self.parameters = parameters
+    self.locs = [p.posterior_loc for p in parameters]
+    self.others = others
+
+  def model_outputs(self, inputs) -> tf.Tensor:
+    """The model's training-mode outputs at one weight draw per batch."""
+    with weight_noise_scope("per_batch"):
+      return self.model(inputs, training=True)
 
   def batch_terms(self, inputs, labels) -> tuple[list, list, list, tf.Tensor]:
     """At one weight draw: the batch means of the per-example gradients g_i of -log p w.r.t.
@@ -152,7 +148,7 @@ class VognMaximizer(ElboMaximizer):
                        "dense or convolution layer (per-example gradients in closed form)")
     return calls
 
-  def _averaged_terms(self, inputs, labels):
+  def averaged_terms(self, inputs, labels):
     """(g, h, other gradients, mean log p), averaged over the examples and the weight draws."""
     draws = self.settings.mc_samples
     sums = None
@@ -164,16 +160,55 @@ class VognMaximizer(ElboMaximizer):
           [a + b for a, b in zip(total, new)] for total, new in zip(sums, terms))
     return tuple([value / draws for value in group] for group in sums)
 
-  def _delta_tilde(self, parameter) -> tf.Tensor:
+  def terms(self, batch: ReplicaBatch) -> tuple[tf.Tensor, tf.Tensor]:
+    """(N * mean log p, KL) of this replica's examples: the forward pass of a VOGN step, where all
+    its weight draws are made."""
+    kl = model_kl(self.model)
+    mean_log_likelihood = self.averaged_terms(batch.inputs, batch.labels)[3][0]
+    return batch.num_examples * mean_log_likelihood, kl
+
+  def statistics(self, batch: ReplicaBatch):
+    """(KL, g, h, other gradients, mean log p) of the global batch, each replica computing on its
+    equal share and the averages all-reduced, so every replica holds the global batch's values
+    whatever the number of replicas."""
+    kl = model_kl(self.model)
+    terms = self.averaged_terms(batch.inputs, batch.labels)
+    if batch.num_replicas > 1:
+      terms = batch.context.all_reduce(tf.distribute.ReduceOp.MEAN, terms)
+    return (kl,) + tuple(terms)
+
+
+class VognUpdate(tf.Module):
+  """VOGN's step (Algorithm 1) on a `VognObjective`: momentum on the means, the curvature
+  estimate s, the scales from s, Adam for the other trainables, and the closed-form
+  empirical-Bayes prior if the settings ask for it."""
+
+  def __init__(self, parameters: list, others: list[tf.Variable], settings: VognSettings):
+    super().__init__(name="vogn_update")
+    self.parameters = parameters
+    self.settings = settings
+    self.optimizer = VognState([p.posterior_loc for p in parameters], others)
+
+  def reset(self) -> None:
+    """Forgets the momenta, the curvature (the next step or `initialise` sets it afresh) and
+    the other trainables' Adam state."""
+    state = self.optimizer
+    for slot in state.momenta + state.curvatures:
+      slot.assign(tf.zeros_like(slot))
+    state.curvature_initialised.assign(False)
+    if state.adam is not None:
+      state.adam.reset()
+
+  def delta_tilde(self, parameter, num_examples: tf.Tensor) -> tf.Tensor:
     """tau * delta / N for one parameter (delta: its prior's precision)."""
     precision = 1.0 / tf.broadcast_to(parameter.prior_variance, parameter.posterior_loc.shape)
-    return self.settings.tempering * precision / self._num_examples_float
+    return self.settings.tempering * precision / num_examples
 
-  def set_posterior_scales(self) -> None:
+  def set_posterior_scales(self, num_examples: tf.Tensor) -> None:
     """sigma^2 = tau / (N (s + delta~)) into the layers' scale variables."""
     for parameter, curvature in zip(self.parameters, self.optimizer.curvatures):
       variance = self.settings.tempering / (
-          self._num_examples_float * (curvature + self._delta_tilde(parameter)))
+          num_examples * (curvature + self.delta_tilde(parameter, num_examples)))
       _write(parameter.untransformed_posterior_scale,
              softplus_inverse(tf.sqrt(variance)))
 
@@ -187,43 +222,20 @@ class VognMaximizer(ElboMaximizer):
       scale = tf.broadcast_to(tf.sqrt(variance), parameter.untransformed_prior_scale.shape)
       _write(parameter.untransformed_prior_scale, softplus_inverse(scale))
 
-  def _replica_terms(self, num_replicas: int, replica, inputs, labels,
-                     transform_seed) -> tuple[tf.Tensor, tf.Tensor]:
-    """(N * mean log p, KL) of this replica's examples: the forward pass of a VOGN step, where all
-    its weight draws are made (what a step plan records for noise drawn ahead of chunks)."""
-    del transform_seed
-    with batch_shard(num_replicas, replica):
-      kl = self.kl_fn()
-      mean_log_likelihood = self._averaged_terms(inputs, labels)[3][0]
-    return self._num_examples_float * mean_log_likelihood, kl
-
-  def _global_batch_terms(self, indices: tf.Tensor):
-    """(KL, g, h, other gradients, mean log p) of the global batch `indices`, each replica
-    computing on its equal share and the averages all-reduced, so every replica holds the
-    global batch's values whatever the number of replicas."""
-    context, num_replicas, replica, inputs, labels = self._replica_share(indices)
-    with batch_shard(num_replicas, replica):
-      kl = self.kl_fn()
-      terms = self._averaged_terms(inputs, labels)
-    if num_replicas > 1:
-      terms = context.all_reduce(tf.distribute.ReduceOp.MEAN, terms)
-    return (kl,) + tuple(terms)
-
-  def _replica_step(self, indices: tf.Tensor, transform_seed: tf.Tensor,
-                    learning_rate: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """One VOGN step on the global batch `indices`; (ELBO, KL) before it.
+  def step(self, objective: VognObjective, batch: ReplicaBatch, learning_rate: tf.Tensor
+           ) -> tuple[tf.Tensor, tf.Tensor]:
+    """One VOGN step on the global batch; (ELBO, KL) before it.
 
     Each replica updates its own copy of every variable with the same all-reduced terms (raw
     assignments, as `Adam.apply` does), so the copies stay equal.
     """
-    del transform_seed
-    kl, gradients, curvatures, other_gradients, mean_log_likelihood = self._global_batch_terms(
-        indices)
+    kl, gradients, curvatures, other_gradients, mean_log_likelihood = objective.statistics(batch)
     state, settings = self.optimizer, self.settings
+    num_examples = batch.num_examples
     first = tf.logical_not(state.curvature_initialised)
     for parameter, gradient, curvature, momentum, s in zip(
         self.parameters, gradients, curvatures, state.momenta, state.curvatures):
-      delta_tilde = self._delta_tilde(parameter)
+      delta_tilde = self.delta_tilde(parameter, num_examples)
       mu = parameter.posterior_loc
       new_s = tf.where(first, curvature,
                        settings.curvature_decay * s + (1 - settings.curvature_decay) * curvature)
@@ -235,29 +247,51 @@ class VognMaximizer(ElboMaximizer):
     _write(state.curvature_initialised, True)
     if state.adam is not None:
       state.adam.apply(other_gradients, learning_rate)
-    self.set_posterior_scales()
+    self.set_posterior_scales(num_examples)
     if settings.prior == "empirical_bayes":
       self.set_empirical_bayes_priors(settings.prior_decay)
-    elbo = self._num_examples_float * mean_log_likelihood[0] - kl
+    elbo = num_examples * mean_log_likelihood[0] - kl
     return elbo, kl
 
-  def _replica_initialise(self, indices: tf.Tensor) -> None:
-    _, _, curvatures, _, _ = self._global_batch_terms(indices)
+  def initialise(self, objective: VognObjective, batch: ReplicaBatch) -> None:
+    """s from one minibatch (Algorithm 1's extra pass), and the scales from s."""
+    _, _, curvatures, _, _ = objective.statistics(batch)
     for s, curvature in zip(self.optimizer.curvatures, curvatures):
       _write(s, curvature)
     _write(self.optimizer.curvature_initialised, True)
-    self.set_posterior_scales()
+    self.set_posterior_scales(batch.num_examples)
 
-  @graph_function
-  def _initialise(self, indices: tf.Tensor) -> None:
-    self.strategy.run(self._replica_initialise, args=(indices,))
 
-  def initialise_curvature(self) -> None:
-    """s from the first minibatch (Algorithm 1's extra pass), and the scales from s."""
-    if bool(self.optimizer.curvature_initialised.numpy()):
-      return
-    self._initialise(tf.random.stateless_uniform([self.batch_size], seed=[self.data_seed, 0],
-                                                 maxval=self.num_examples, dtype=tf.int64))
+def vogn_loop(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
+              settings: VognSettings, batch_size: int, data_seed: int = 0,
+              loop_settings: LoopSettings = LoopSettings()) -> TrainingLoop:
+  """VOGN of `model`'s Gaussian mean-field posterior on the training loop."""
+  inputs, labels = check_data(inputs, labels)
+  model(inputs[:1])
+  parameters = mean_field_parameters(model)
+  if not parameters:
+    raise ValueError("VOGN needs a model with Gaussian mean-field parameters")
+  if any(p.num_members is not None for p in parameters):
+    raise ValueError("VOGN trains one posterior: build the model without a member axis")
+  if any(p.untransformed_prior_scale.trainable for p in parameters):
+    raise ValueError("VOGN sets its prior itself (fixed or by closed-form empirical Bayes): "
+                     "build the model with trainable_prior_scale=False")
+  mean_field_ids = {id(v) for p in parameters for v in p.state_variables}
+  others = [v for v in model.trainable_variables if id(v) not in mean_field_ids]
+  return TrainingLoop(VognObjective(model, log_likelihood_fn, settings, parameters, others),
+                      VognUpdate(parameters, others, settings),
+                      UniformBatches(inputs, labels, batch_size), data_seed=data_seed,
+                      loop_settings=loop_settings)
+
+
+def initialise_curvature(loop: TrainingLoop) -> None:
+  """s from the first minibatch of a VOGN loop (Algorithm 1's extra pass), and the scales from
+  s; nothing once s is set."""
+  if bool(loop.update.optimizer.curvature_initialised.numpy()):
+    return
+  loop.initialise(tf.random.stateless_uniform(
+      [loop.batches.batch_size], seed=[loop.data_seed, 0], maxval=loop.batches.num_examples,
+      dtype=tf.int64))
 
 
 def _write(variable: tf.Variable, value) -> None:
@@ -273,10 +307,11 @@ class VognTrainer(CheckpointedTraining):
   def __init__(self, model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn, *,
                settings: Optional[VognSettings] = None,
                learning_rate: float | LearningRateSchedule = 1e-3, batch_size: int = 256,
-               seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100):
-    maximizer = VognMaximizer(model, inputs, labels, log_likelihood_fn,
-                              settings or VognSettings(), batch_size=batch_size, data_seed=seed)
-    super().__init__(maximizer, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
+               seed: int = 0, steps_per_checkpoint: int = 5000, summary_every: int = 100,
+               loop_settings: LoopSettings = LoopSettings()):
+    loop = vogn_loop(model, inputs, labels, log_likelihood_fn, settings or VognSettings(),
+                     batch_size=batch_size, data_seed=seed, loop_settings=loop_settings)
+    super().__init__(loop, learning_rate, steps_per_checkpoint=steps_per_checkpoint,
                      summary_every=summary_every, name="vogn")
 
   def train(self, num_steps: int, checkpoint_dir: Optional[str] = None,
@@ -284,6 +319,6 @@ class VognTrainer(CheckpointedTraining):
     """As `CheckpointedTraining.train`; a fresh run first initialises s from one minibatch."""
     if checkpoint_dir:
       self._restore(checkpoint_dir, num_steps)
-    self.maximizer.initialise_curvature()
+    initialise_curvature(self.loop)
     return super().train(num_steps, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir,
                          after_chunk=after_chunk)
