@@ -101,7 +101,7 @@ def measure(name: str, dataset: str, data_dir: str, steps: int) -> dict:
     def timed(num_steps):
       run(tf.constant(num_steps)).numpy()
   else:
-    kl_fn, members, loop_settings = None, None, None
+    kl_fn, members, loop_settings = None, None, LoopSettings()
     if name in ("vi", "vi_xla"):
       model = lenet.mean_field_lenet5()
     elif name in ("refine", "refine_xla"):

@@ -342,9 +342,11 @@ def _strategy_scope(config: Config) -> Iterator[Any]:
     yield tf.distribute.get_strategy()
     return
   strategy = strategy_for(config)
-  description = describe_strategy(strategy)
-  absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
-                    description["strategy"], ", ".join(description["devices"]))
+  if config.use_gpu or config.tpu or config.multi_worker:
+    # Without a hardware flag it is one device: no line (results.json records it either way).
+    description = describe_strategy(strategy)
+    absl_logging.info("training on %d replica(s) (%s): %s", description["replicas"],
+                      description["strategy"], ", ".join(description["devices"]))
   with strategy.scope():
     yield strategy
 
