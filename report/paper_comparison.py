@@ -273,8 +273,8 @@ def table_report(module: ModuleType, results_dir: str, output_dir: str,
       "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
       *["| " + " | ".join(cells) + " |" for cells in rows], "",
       f"{seeds_text(rows)} Machine time: {machine_time_text(seconds, num_runs)} (the sum of each "
-      "run's `timings.total_seconds`; VI training shared by vi, refined_vi and vi_equal_compute "
-      "counts once)."
+      "run's wall time, over all its processes where it resumed; VI training shared by vi, "
+      "refined_vi and vi_equal_compute counts once)."
   ]
   if missing:
     markdown += ["", f"Not run yet: {', '.join(missing)}."]
@@ -365,8 +365,8 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
   missing = [row for row in order if row not in shown]
   markdown.append(
       f"Machine time in all: {machine_time_text(total_seconds, total_runs)} (the sum of each "
-      "run's `timings.total_seconds`; VI training shared by vi, refined_vi and vi_equal_compute "
-      "counts once).")
+      "run's wall time, over all its processes where it resumed; VI training shared by vi, "
+      "refined_vi and vi_equal_compute counts once).")
   if missing:
     markdown += ["", f"Not run yet: {', '.join(missing)}."]
   caption = _caption(spec, smoke, ", a row group per configuration")

@@ -37,3 +37,23 @@ def test_table3_rows_take_the_papers_variants_and_share_the_ensemble(tmp_path):
   assert "- VI: hybrid mean MLL >= full on 1 of 1 pairs" in checks
   assert "ELBO_aux >= ELBO (same run's VI model): 2 of 2" in checks
   assert len(outputs["runs"]) == 9
+
+
+def test_machine_time_counts_every_process_of_a_resumed_run():
+  """Catches the machine time of a run resumed across sessions counted as its last process only
+  (the 60,000-image VI run: 2.9 h recorded by the last process, 4.2 h of training and evaluation
+  in all), and the VI training that refined VI resumes from counted a second time."""
+  import pandas as pd
+  from report import table_checks
+  runs = pd.DataFrame([
+      # vi: trained from scratch over two processes (resumed at step 800).
+      {"method": "vi", "vi_resumed_from_step": 800, "total_seconds": 10_000.0,
+       "train_seconds": 14_000.0, "evaluate_seconds": 500.0},
+      # refined_vi: resumes VI's finished fit (its train_seconds is VI's), refines in one process.
+      {"method": "refined_vi", "vi_resumed_from_step": 2_344, "total_seconds": 3_000.0,
+       "train_seconds": 14_000.0, "evaluate_seconds": 500.0},
+      # deep_ensemble: one process from scratch.
+      {"method": "deep_ensemble", "deep_ensemble_resumed_from_step": 0, "total_seconds": 6_000.0,
+       "train_seconds": 5_500.0, "evaluate_seconds": 300.0},
+  ])
+  assert table_checks.machine_time(runs) == (14_500.0 + 3_000.0 + 6_000.0, 3)
