@@ -185,7 +185,7 @@ def figure5(results_dir: str, output_dir: str) -> str:
   """Thompson sampling on the mushroom bandit: per group of runs made with the same settings (an
   agent's seeds may come from several runs), its plot, table, settings and verdict."""
   from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
-  from report import bandit_regret_sources  # pylint: disable=import-outside-toplevel
+  from report import bandit_claims, bandit_regret_sources  # pylint: disable=import-outside-toplevel
   title = "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\n"
   parts = []
   for number, folders in enumerate(_bandit_run_groups(results_dir), 1):
@@ -215,7 +215,9 @@ def figure5(results_dir: str, output_dir: str) -> str:
         f"Where the regret comes from, mean over each line's seeds "
         f"(`report.bandit_regret_sources`: 15 per poisonous mushroom eaten, 5 per edible one "
         f"passed; a seed stopped eating if it ate under 5 % of its second half's mushrooms):"
-        f"\n\n{sources}\n")
+        f"\n\n{sources}\n\n"
+        f"The paper's claims (`report.bandit_claims`), paired over seeds:\n\n"
+        f"{bandit_claims.claims_table(bandit_claims.claims(records)).strip()}\n")
   if not parts:
     return title + "Not run yet.\n"
   return title + "\n".join(parts) + (
