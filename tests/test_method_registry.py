@@ -1,5 +1,6 @@
-"""The method registry: methods found by name, each binary's flags scoped to the methods it offers,
-committed runs' settings still valid, and run_table.sh's jobs from the registry."""
+"""The method registry: methods found by name, each binary's flags scoped to the methods it offers
+(those whose network kinds its builders supply), committed runs' settings still valid, and
+run_table.sh's jobs from the registry."""
 import dataclasses
 import glob
 import json
@@ -13,7 +14,8 @@ from runner.config import MethodConfig
 from runner import cli
 from common.config import Config, UsageError, recorded_config
 from image.config import ImageConfig
-from methods import registry
+from methods import network_kinds, registry
+from methods.registry import Method, Networks
 from methods.vi import ViConfig
 from resnet.config import ResNetConfig
 from uci.config import UciConfig
@@ -37,7 +39,8 @@ def test_every_method_is_registered_once_with_its_settings_and_needs():
     method = registry.method(name)
     assert method.name == name and method.title
     assert issubclass(method.config, Config) and dataclasses.is_dataclass(method.config)
-    assert set(method.needs) <= set(registry.NETWORK_KINDS) and callable(method.train)
+    assert method.needs and all(isinstance(kind, str) for kind in method.needs)
+    assert callable(method.train)
   assert registry.names_where(lambda method: method.refines) == ("refined_vi", "refined_vogn")
   with pytest.raises(ValueError, match="unknown method 'laplace'; allowed: vi, refined_vi"):
     registry.method("laplace")
@@ -50,6 +53,34 @@ def test_a_benchmark_offers_the_methods_its_networks_supply():
   # ResNet-20 has no MNF version, and its L2 penalty on point estimates rules VOGN out.
   assert ResNetConfig.__dataclass_fields__["method"].metadata["choices"] == (
       "vi", "refined_vi", "vi_equal_compute", "deep_ensemble")
+
+
+def test_a_benchmarks_networks_supply_exactly_the_methods_its_binary_offers():
+  """Catches: a binary's config offering a method whose builder its networks lack (the run fails
+  after data loading), or networks with a builder whose methods the binary never offers."""
+  from image.lenet import lenet5_networks
+  from resnet.networks import resnet20_networks
+  from uci.networks import uci_networks
+  for config_class, networks in ((UciConfig, uci_networks(UciConfig())),
+                                 (ImageConfig, lenet5_networks(ImageConfig(), 10)),
+                                 (ResNetConfig, resnet20_networks(ResNetConfig(), 10))):
+    offered = config_class.__dataclass_fields__["method"].metadata["choices"]
+    assert registry.methods_for(networks.kinds(),
+                                penalty=networks.penalty is not None) == offered, config_class
+  with pytest.raises(ValueError, match="supplies no 'mnf' networks; it supplies: mean_field, "
+                     "ensemble"):
+    resnet20_networks(ResNetConfig(), 10).builder(network_kinds.MNF)
+
+
+def test_a_misspelt_network_kind_is_refused():
+  with pytest.raises(ValueError, match=r"supplies \['mean_feild'\], which no method needs; the "
+                     "methods need: ensemble, mean_field, mnf, particles"):
+    registry.methods_for(("mean_feild", network_kinds.ENSEMBLE))
+  with pytest.raises(ValueError, match="method laplace: needs must be a tuple"):
+    Method(name="laplace", title="Laplace", config=Config, needs="laplace_net",
+           train=lambda run: None, order=10, summary="a bare string of a kind")
+  with pytest.raises(ValueError, match="kind 'mnf' needs a name and a callable builder"):
+    Networks(builders={network_kinds.MNF: None})
 
 
 @pytest.mark.parametrize("binary", sorted(BINARIES))
