@@ -17,11 +17,12 @@ settings before it loads, and a method's `train` imports what it trains with.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import pkgutil
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -159,6 +160,21 @@ def _discover() -> dict[str, Method]:
         found.append(module.METHOD)
     _METHODS.update(_in_table_order(found))
   return _METHODS
+
+
+@contextlib.contextmanager
+def extended_with(extra: Method) -> Iterator[Method]:
+  """Registers `extra`, a method no module of this package declares (a test's), in table order
+  while the block runs; the registry is as it was afterwards."""
+  registered = dict(_discover())
+  extended = _in_table_order([*registered.values(), extra])
+  _METHODS.clear()
+  _METHODS.update(extended)
+  try:
+    yield extra
+  finally:
+    _METHODS.clear()
+    _METHODS.update(registered)
 
 
 def names() -> tuple[str, ...]:

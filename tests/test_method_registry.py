@@ -1,6 +1,7 @@
 """The method registry: methods found by name, each binary's flags scoped to the methods it offers
-(those whose network kinds its builders supply), committed runs' settings still valid, and
-run_table.sh's jobs from the registry."""
+(those whose network kinds its builders supply, a new kind needing no edit outside its method and
+the benchmarks that offer it), committed runs' settings still valid, and run_table.sh's jobs from
+the registry."""
 import dataclasses
 import glob
 import json
@@ -8,14 +9,15 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from runner.config import MethodConfig
 from runner import cli
-from common.config import Config, UsageError, recorded_config
+from common.config import Config, UsageError, recorded_config, setting
 from image.config import ImageConfig
 from methods import network_kinds, registry
-from methods.registry import Method, Networks
+from methods.registry import Method, MethodRun, Networks
 from methods.vi import ViConfig
 from resnet.config import ResNetConfig
 from uci.config import UciConfig
@@ -81,6 +83,54 @@ def test_a_misspelt_network_kind_is_refused():
            train=lambda run: None, order=10, summary="a bare string of a kind")
   with pytest.raises(ValueError, match="kind 'mnf' needs a name and a callable builder"):
     Networks(builders={network_kinds.MNF: None})
+
+
+LAPLACE_NET = "laplace_net"  # a kind no module of the package names: the throwaway method's own
+
+
+@dataclasses.dataclass
+class _LaplaceConfig(Config):
+  laplace_prior_precision: float = setting(1.0, "laplace: prior precision.", minimum=0)
+
+
+def test_a_method_with_an_architecture_of_its_own_needs_no_other_module_edited(tmp_path):
+  """A method needing a new kind of network ("laplace_net") is offered by a benchmark whose
+  Networks supply that builder and by no other, and trains on it through the one dispatch: the
+  registry, the other methods and the benchmarks without it stay as they are."""
+  from runner.dispatch import train_method
+
+  def train(run):
+    model = run.networks.builder(LAPLACE_NET)()
+    return MethodRun(sample_outputs=model, models=[model], metrics={}, timings={})
+
+  laplace = Method(name="laplace", title="Laplace", config=_LaplaceConfig, needs=(LAPLACE_NET,),
+                   train=train, order=10, summary="a Laplace approximation (throwaway)")
+  mean_field = {network_kinds.MEAN_FIELD: lambda num_members: "mean-field network"}
+  without = Networks(builders=mean_field)
+  offering = Networks(builders={**mean_field, LAPLACE_NET: lambda: "laplace network"})
+  mean_field_methods = ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn")
+  assert registry.methods_for(without.kinds()) == mean_field_methods
+  with pytest.raises(ValueError, match="'laplace_net'], which no method needs"):
+    registry.methods_for(offering.kinds())
+  inputs, labels = np.zeros([4, 1]), np.zeros([4, 1])
+  with registry.extended_with(laplace):
+    assert registry.methods_for(offering.kinds()) == mean_field_methods + ("laplace",)
+    assert registry.methods_for(without.kinds()) == mean_field_methods
+    assert registry.methods_for(offering.kinds(), penalty=True) == ("vi", "refined_vi",
+                                                                     "vi_equal_compute", "laplace")
+    assert _LaplaceConfig in registry.configs_of(("vi", "laplace"))
+    with pytest.raises(ValueError, match="laplace needs the benchmark's laplace_net networks; "
+                       "it supplies: mean_field"):
+      train_method(MethodConfig(method="laplace"), without, inputs, labels, None, str(tmp_path))
+    run = train_method(MethodConfig(method="laplace"), offering, inputs, labels, None,
+                       str(tmp_path))
+    assert run.models == ["laplace network"]
+  assert "laplace" not in registry.names()
+  assert registry.methods_for(without.kinds()) == mean_field_methods
+  with pytest.raises(ValueError, match="two methods are called 'vi'"):
+    with registry.extended_with(dataclasses.replace(laplace, name="vi")):
+      pass
+  assert registry.method("vi").needs == (network_kinds.MEAN_FIELD,)
 
 
 @pytest.mark.parametrize("binary", sorted(BINARIES))
