@@ -8,11 +8,12 @@ from runner.config import MEAN_FIELD, MethodConfig
 from runner.image_config import ImageClassificationConfig
 from common import images
 from common.config import RESULTS, UsageError, setting, with_default
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import ENSEMBLE, EXTRA_VI, VI, VOGN
 
 # LeNet-5 comes as mean-field, MNF and ensemble networks.
-METHODS = registry.methods_for(("mean_field", "mnf", "ensemble"))
+METHODS = registry.methods_for((network_kinds.MEAN_FIELD, network_kinds.MNF,
+                                 network_kinds.ENSEMBLE))
 
 ENSEMBLE_KERNEL_INITIALIZERS = ("he_normal", "glorot_uniform")
 PIXEL_SCALINGS = ("by_method",) + images.PIXEL_SCALINGS

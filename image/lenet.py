@@ -17,6 +17,7 @@ from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, F
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from methods.trainers.deep_ensemble import MemberConv2D, MemberDense
+from methods import network_kinds
 from methods.registry import Networks
 from methods.trainers.mnf import Conv2DMNF, DenseMNF
 from common.mixed_precision import network_precision
@@ -110,5 +111,6 @@ def lenet5_networks(config: ImageConfig, num_classes: int) -> Networks:
       return ensemble_lenet5(num_members, config.seed, num_classes,
                              config.ensemble_kernel_initializer)
 
-  return Networks(mean_field=mean_field, mnf=lambda: mnf_lenet5(config.seed, num_classes),
-                  ensemble=ensemble)
+  return Networks(builders={network_kinds.MEAN_FIELD: mean_field,
+                            network_kinds.MNF: lambda: mnf_lenet5(config.seed, num_classes),
+                            network_kinds.ENSEMBLE: ensemble})

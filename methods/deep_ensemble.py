@@ -6,6 +6,7 @@ import os
 
 from common.config import RESULTS, Config, setting
 from common.distribution import loop_settings_of
+from methods import network_kinds
 from methods.registry import ENSEMBLE, Method, MethodRun, TrainingInputs
 
 
@@ -27,7 +28,7 @@ def train(run: TrainingInputs) -> MethodRun:
   from methods.trainers.deep_ensemble import train_deep_ensemble  # TensorFlow loads here
   config = run.config
   num_examples = run.num_examples
-  model = run.networks.ensemble(config.ensemble_members)
+  model = run.networks.builder(network_kinds.ENSEMBLE)(config.ensemble_members)
   training = train_deep_ensemble(
       model, run.inputs, run.labels, run.log_likelihood_fn, num_members=config.ensemble_members,
       num_steps=config.num_steps(ENSEMBLE, num_examples),
@@ -44,5 +45,6 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="deep_ensemble", title="Deep ensemble", config=EnsembleConfig, needs=("ensemble",),
-    train=train, order=5, summary="deep ensemble of point-weight networks")
+    name="deep_ensemble", title="Deep ensemble", config=EnsembleConfig,
+    needs=(network_kinds.ENSEMBLE,), train=train, order=5,
+    summary="deep ensemble of point-weight networks")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from common.config import UsageError, setting
+from methods import network_kinds
 from methods.registry import PARTICLES, Method, MethodRun, TrainingInputs
 from methods.svgd import ParticleConfig, train_particle_method
 
@@ -48,6 +49,6 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="fsvgd", title="f-SVGD", config=FsvgdConfig, needs=("particles",), train=train, order=9,
-    summary="particles moved by SVGD on their function values (Wang et al. 2019)",
+    name="fsvgd", title="f-SVGD", config=FsvgdConfig, needs=(network_kinds.PARTICLES,), train=train,
+    order=9, summary="particles moved by SVGD on their function values (Wang et al. 2019)",
     takes_input_transform=False, takes_penalty=False)

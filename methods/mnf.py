@@ -6,6 +6,7 @@ import os
 
 from common.config import RESULTS, Config, setting
 from common.distribution import loop_settings_of
+from methods import network_kinds
 from methods.registry import MNF, Method, MethodRun, TrainingInputs
 
 
@@ -22,7 +23,7 @@ def train(run: TrainingInputs) -> MethodRun:
   from methods.trainers.mnf import train_mnf
   config = run.config
   num_examples = run.num_examples
-  model = run.networks.mnf()
+  model = run.networks.builder(network_kinds.MNF)()
   training = train_mnf(model, run.inputs, run.labels, run.log_likelihood_fn,
                        num_steps=config.num_steps(MNF, num_examples),
                        learning_rate=config.learning_rate_schedule(num_examples),
@@ -40,6 +41,6 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="mnf", title="MNF", config=MnfConfig, needs=("mnf",), train=train, order=4,
+    name="mnf", title="MNF", config=MnfConfig, needs=(network_kinds.MNF,), train=train, order=4,
     summary="multiplicative normalizing flows (Louizos & Welling 2017)",
     takes_input_transform=False, takes_penalty=False)

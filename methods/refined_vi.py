@@ -12,7 +12,7 @@ from auxiliary_sampling.schedule import (LEARNING_RATE_RULES, PAPER_NUM_AUXILIAR
                                          AuxiliarySchedule)
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
 from common.config import NOTHING, RESULTS, Config, UsageError, setting
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import VI, Method, MethodRun, TrainingInputs
 from methods.vi import ViConfig
 
@@ -83,6 +83,7 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="refined_vi", title="Refined VI", config=RefinedViConfig, needs=("mean_field",),
-    train=train, order=2, summary="VI, then M refined samples (paper Algorithm 1)",
-    shares_training_with="vi", refines=True)
+    name="refined_vi", title="Refined VI", config=RefinedViConfig,
+    needs=(network_kinds.MEAN_FIELD,), train=train, order=2,
+    summary="VI, then M refined samples (paper Algorithm 1)", shares_training_with="vi",
+    refines=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from methods import network_kinds
 from methods.refined_vi import RefinementConfig
 from methods.registry import VOGN, Method, MethodRun, TrainingInputs
 from methods.vogn import VognConfig
@@ -20,6 +21,7 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="refined_vogn", title="Refined VOGN", config=RefinedVognConfig, needs=("mean_field",),
-    train=train, order=7, summary="VOGN, then M refined samples", shares_training_with="vogn",
-    refines=True, takes_input_transform=False, takes_penalty=False)
+    name="refined_vogn", title="Refined VOGN", config=RefinedVognConfig,
+    needs=(network_kinds.MEAN_FIELD,), train=train, order=7,
+    summary="VOGN, then M refined samples", shares_training_with="vogn", refines=True,
+    takes_input_transform=False, takes_penalty=False)

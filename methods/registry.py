@@ -2,10 +2,13 @@
 
 A method is one module of this package that defines `METHOD`, a `Method`: its
 name, its own settings (a `common.config.Config` dataclass whose fields become
-its flags), what it needs from a benchmark (which of `Networks`' builders), and
-`train`, which trains it and returns the `MethodRun` it predicts with. The
-registry finds the modules itself, so adding a method is adding its module;
-the binaries, `common/run_table.sh` (`python -m methods.registry`) and the
+its flags), what it needs from a benchmark (the kinds of network it builds,
+each a builder of the benchmark's `Networks`), and `train`, which trains it and
+returns the `MethodRun` it predicts with. The registry finds the modules itself
+and keeps no list of network kinds (a benchmark offers the methods whose needs
+its builders cover), so adding a method, even one that needs an architecture
+of its own, is adding its module and the builders of the benchmarks that offer
+it; the binaries, `common/run_table.sh` (`python -m methods.registry`) and the
 benchmarks' configs ask it which methods exist and which settings they take.
 
 Nothing here imports TensorFlow: the binaries build their flags from the
@@ -14,11 +17,12 @@ settings before it loads, and a method's `train` imports what it trains with.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import pkgutil
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -31,21 +35,38 @@ if TYPE_CHECKING:
 # VOGN's mean-field model and the particles.
 VI, EXTRA_VI, MNF, ENSEMBLE, VOGN, PARTICLES = ("vi", "extra_vi", "mnf", "deep_ensemble", "vogn",
                                                 "particles")
-# What a method may need from a benchmark: the fields of `Networks` that build networks.
-NETWORK_KINDS = ("mean_field", "mnf", "ensemble", "particles")
 
 
 @dataclasses.dataclass
 class Networks:
-  """A benchmark's architectures, one builder per kind a method may need (`Method.needs`)."""
+  """A benchmark's architectures: a builder for each kind of network it supplies, by the kind's
+  name (`methods.network_kinds`, or a method's own), and the penalty its point estimates take.
 
-  mean_field: Callable[[Optional[int]], "tf.Module"]  # num_members (None: no member axis) -> VI
-  mnf: Optional[Callable[[], "tf.Module"]]           # -> MNF network (None: no MNF version)
-  ensemble: Callable[[int], "tf.Module"]             # num_members -> members on a member axis
+  What a builder takes and returns is its kind's (e.g. `network_kinds.MEAN_FIELD`: num_members,
+  None for no member axis, -> a mean-field network); a method builds the kinds it `needs`.
+  """
+
+  builders: Mapping[str, Callable[..., "tf.Module"]]
   # Penalty of a network's point-estimated weights per example (ResNet-20's L2), or None.
   penalty: Optional[Callable[[Any], "tf.Tensor"]] = None
-  # num_particles -> point-weight networks on a member axis (methods.trainers.particles), or None.
-  particles: Optional[Callable[[int], "tf.Module"]] = None
+
+  def __post_init__(self):
+    self.builders = dict(self.builders)
+    for kind, builder in self.builders.items():
+      if not isinstance(kind, str) or not kind or not callable(builder):
+        raise ValueError(f"Networks: kind {kind!r} needs a name and a callable builder, not "
+                         f"{builder!r}")
+
+  def kinds(self) -> tuple[str, ...]:
+    """The kinds of network this benchmark supplies."""
+    return tuple(self.builders)
+
+  def builder(self, kind: str) -> Callable[..., "tf.Module"]:
+    """The builder of `kind`'s networks; ValueError naming the kinds supplied otherwise."""
+    if kind not in self.builders:
+      raise ValueError(f"this benchmark supplies no {kind!r} networks; it supplies: "
+                       f"{', '.join(self.builders) or 'none'}")
+    return self.builders[kind]
 
 
 @dataclasses.dataclass
@@ -87,12 +108,13 @@ class Method:
   """One method: its name (and `title` in tables), settings, needs, and how it trains.
 
   `config` is the settings dataclass whose fields are the method's flags (several methods may
-  share one, or extend another's); `needs` names the `Networks` builders it trains;
-  `shares_training_with` names the method whose trained model it starts from when a benchmark's
-  runs share a checkpoint folder (vi for refined_vi and vi_equal_compute), so a table runs them
-  one after another; `refines` says whether it refines samples (paper Algorithm 1);
-  `takes_input_transform` whether it trains on augmented batches, `takes_penalty` whether it
-  can add a penalty of point-estimated weights (ResNet-20's L2); `order` places it in tables.
+  share one, or extend another's); `needs` names the kinds of network it builds
+  (`Networks.builder`); `shares_training_with` names the method whose trained model it starts
+  from when a benchmark's runs share a checkpoint folder (vi for refined_vi and
+  vi_equal_compute), so a table runs them one after another; `refines` says whether it refines
+  samples (paper Algorithm 1); `takes_input_transform` whether it trains on augmented batches,
+  `takes_penalty` whether it can add a penalty of point-estimated weights (ResNet-20's L2);
+  `order` places it in tables.
   """
 
   name: str
@@ -108,12 +130,23 @@ class Method:
   takes_penalty: bool = True
 
   def __post_init__(self):
-    unknown = set(self.needs) - set(NETWORK_KINDS)
-    if unknown:
-      raise ValueError(f"method {self.name}: needs {sorted(unknown)}; allowed: {NETWORK_KINDS}")
+    if (not isinstance(self.needs, tuple)
+        or not all(isinstance(kind, str) and kind for kind in self.needs)):
+      raise ValueError(f"method {self.name}: needs must be a tuple of network kinds' names, not "
+                       f"{self.needs!r}")
 
 
 _METHODS: dict[str, Method] = {}
+
+
+def _in_table_order(methods: Sequence[Method]) -> dict[str, Method]:
+  """`methods` by name, in table order; ValueError if two share a name."""
+  ordered: dict[str, Method] = {}
+  for method in sorted(methods, key=lambda method: (method.order, method.name)):
+    if method.name in ordered:
+      raise ValueError(f"two methods are called {method.name!r}")
+    ordered[method.name] = method
+  return ordered
 
 
 def _discover() -> dict[str, Method]:
@@ -125,11 +158,23 @@ def _discover() -> dict[str, Method]:
       module = importlib.import_module(f"{__package__}.{module_info.name}")
       if isinstance(getattr(module, "METHOD", None), Method):
         found.append(module.METHOD)
-    for method in sorted(found, key=lambda method: (method.order, method.name)):
-      if method.name in _METHODS:
-        raise ValueError(f"two modules declare the method {method.name!r}")
-      _METHODS[method.name] = method
+    _METHODS.update(_in_table_order(found))
   return _METHODS
+
+
+@contextlib.contextmanager
+def extended_with(extra: Method) -> Iterator[Method]:
+  """Registers `extra`, a method no module of this package declares (a test's), in table order
+  while the block runs; the registry is as it was afterwards."""
+  registered = dict(_discover())
+  extended = _in_table_order([*registered.values(), extra])
+  _METHODS.clear()
+  _METHODS.update(extended)
+  try:
+    yield extra
+  finally:
+    _METHODS.clear()
+    _METHODS.update(registered)
 
 
 def names() -> tuple[str, ...]:
@@ -153,11 +198,15 @@ def names_where(predicate: Callable[[Method], bool],
 
 
 def methods_for(supplies: Sequence[str], penalty: bool = False) -> tuple[str, ...]:
-  """The methods a benchmark offers: those whose `needs` its `Networks` supply (`supplies`,
-  from NETWORK_KINDS), and that take its penalty of point-estimated weights if it has one."""
-  unknown = set(supplies) - set(NETWORK_KINDS)
+  """The methods a benchmark offers: those whose `needs` its `Networks` supply (`supplies`, its
+  `Networks.kinds()`), and that take its penalty of point-estimated weights if it has one.
+
+  A kind no registered method needs is refused (a misspelt kind would offer nothing)."""
+  needed = {kind for name in names() for kind in method(name).needs}
+  unknown = set(supplies) - needed
   if unknown:
-    raise ValueError(f"supplies {sorted(unknown)}; allowed: {NETWORK_KINDS}")
+    raise ValueError(f"supplies {sorted(unknown)}, which no method needs; the methods need: "
+                     f"{', '.join(sorted(needed))}")
   return names_where(lambda candidate: set(candidate.needs) <= set(supplies)
                      and (candidate.takes_penalty or not penalty))
 

@@ -9,7 +9,7 @@ from typing import Optional
 from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
 from common.config import Config, UsageError, setting
 from common.distribution import loop_settings_of
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import PARTICLES, Method, MethodRun, TrainingInputs
 
 # The f-POVI paper's UCI protocol (Wang et al. 2019, Appendix B.2.1): batch 100 for 500 epochs,
@@ -65,7 +65,7 @@ def train_particle_method(run: TrainingInputs, function_space: Optional[object])
   `methods.trainers.particles.FunctionSpaceSettings`) in function space."""
   from methods.trainers.particles import train_particles  # TensorFlow loads here
   config = run.config
-  model = run.networks.particles(config.num_particles)
+  model = run.networks.builder(network_kinds.PARTICLES)(config.num_particles)
   batch_size, num_steps = config.particle_batch_and_steps(run.num_examples)
   training = train_particles(
       model, run.inputs, run.labels, num_steps=num_steps,
@@ -87,6 +87,6 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="svgd", title="SVGD", config=ParticleConfig, needs=("particles",), train=train, order=8,
-    summary="particles moved by SVGD on their weights (Liu & Wang 2016)",
+    name="svgd", title="SVGD", config=ParticleConfig, needs=(network_kinds.PARTICLES,), train=train,
+    order=8, summary="particles moved by SVGD on their weights (Liu & Wang 2016)",
     takes_input_transform=False, takes_penalty=False)

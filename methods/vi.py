@@ -10,7 +10,7 @@ import dataclasses
 from auxiliary_sampling.weight_noise import WEIGHT_NOISE
 from methods.trainers.trainer_options import VI_OPTIMIZERS
 from common.config import RESULTS, Config, UsageError, setting
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import EXTRA_VI, VI, Method, MethodRun, TrainingInputs
 
 
@@ -63,5 +63,5 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="vi", title="VI", config=ViConfig, needs=("mean_field",), train=train, order=1,
+    name="vi", title="VI", config=ViConfig, needs=(network_kinds.MEAN_FIELD,), train=train, order=1,
     summary="mean-field VI; M posterior draws predict")

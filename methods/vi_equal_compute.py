@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from common.config import RESULTS, setting
+from methods import network_kinds
 from methods.refined_vi import RefinementConfig
 from methods.registry import VI, Method, MethodRun, TrainingInputs
 from methods.vi import ViConfig
@@ -37,5 +38,5 @@ def train(run: TrainingInputs) -> MethodRun:
 
 METHOD = Method(
     name="vi_equal_compute", title="VI (equal compute)", config=EqualComputeConfig,
-    needs=("mean_field",), train=train, order=3,
+    needs=(network_kinds.MEAN_FIELD,), train=train, order=3,
     summary="VI trained further for refinement's M * K * T steps", shares_training_with="vi")

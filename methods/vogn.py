@@ -8,6 +8,7 @@ import dataclasses
 
 from methods.trainers.vogn_settings import CURVATURES, PRIORS, VognSettings
 from common.config import Config, setting
+from methods import network_kinds
 from methods.registry import VOGN, Method, MethodRun, TrainingInputs
 from methods.vi import MeanFieldConfig
 
@@ -71,6 +72,6 @@ def train(run: TrainingInputs) -> MethodRun:
 
 
 METHOD = Method(
-    name="vogn", title="VOGN", config=VognConfig, needs=("mean_field",), train=train, order=6,
-    summary="the mean-field posterior fitted by VOGN (Osawa et al. 2019)",
+    name="vogn", title="VOGN", config=VognConfig, needs=(network_kinds.MEAN_FIELD,), train=train,
+    order=6, summary="the mean-field posterior fitted by VOGN (Osawa et al. 2019)",
     takes_input_transform=False, takes_penalty=False)

@@ -12,13 +12,13 @@ from typing import ClassVar
 from runner.image_config import ImageClassificationConfig
 from methods.trainers.learning_rate import LearningRateSchedule, steps_in
 from common.config import NOTHING, RESULTS, UsageError, setting, with_default
-from methods import registry
+from methods import network_kinds, registry
 from methods.refined_vi import RefinementConfig
 from methods.registry import ENSEMBLE, EXTRA_VI, VI
 
 VARIATIONAL_MODES = ("hybrid", "full")
 # ResNet-20 comes as mean-field and ensemble networks, with an L2 penalty on point estimates.
-METHODS = registry.methods_for(("mean_field", "ensemble"), penalty=True)
+METHODS = registry.methods_for((network_kinds.MEAN_FIELD, network_kinds.ENSEMBLE), penalty=True)
 PAPER_DECAY_EPOCHS = (80.0, 120.0, 160.0, 180.0)
 PAPER_DECAY_FACTORS = (0.1, 0.01, 0.001, 0.0005)
 

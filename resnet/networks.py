@@ -35,6 +35,7 @@ from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE
 from methods.trainers.batch_norm import MemberBatchNormalization
 from methods.trainers.deep_ensemble import MemberConv2D, MemberDense
+from methods import network_kinds
 from methods.registry import Networks
 
 if TYPE_CHECKING:
@@ -169,4 +170,5 @@ def resnet20_networks(config: "ResNetConfig", num_classes: int) -> Networks:
   if config.l2 > 0:
     def penalty(model):
       return l2_penalty(model, config.l2)
-  return Networks(mean_field=mean_field, mnf=None, ensemble=ensemble, penalty=penalty)
+  return Networks(builders={network_kinds.MEAN_FIELD: mean_field, network_kinds.ENSEMBLE: ensemble},
+                  penalty=penalty)

@@ -12,7 +12,7 @@ from typing import ClassVar, Optional
 from methods.trainers.learning_rate import LearningRateSchedule
 from common.config import NOTHING, RESULTS, UsageError, setting, with_default
 from common.distribution import DeviceConfig
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import ENSEMBLE, MNF, VI
 
 # The registered methods (`methods.registry`), in table order; a benchmark offers those its
@@ -21,9 +21,9 @@ METHODS = registry.names()
 # Methods that refine the posterior they start from (paper Algorithm 1).
 REFINED = registry.names_where(lambda method: method.refines)
 # Methods of the deep ensemble's family (the jit_compile_ensemble flag acts on these).
-ENSEMBLES = registry.names_where(lambda method: "ensemble" in method.needs)
+ENSEMBLES = registry.names_where(lambda method: network_kinds.ENSEMBLE in method.needs)
 # Methods that fit a mean-field posterior (the benchmarks' initial posterior scale acts on these).
-MEAN_FIELD = registry.names_where(lambda method: "mean_field" in method.needs)
+MEAN_FIELD = registry.names_where(lambda method: network_kinds.MEAN_FIELD in method.needs)
 
 
 @dataclasses.dataclass

@@ -46,9 +46,10 @@ def train_method(config: MethodConfig, networks: Networks, inputs, labels,
   `input_transform` augments every training batch (of the methods that take one).
   """
   method = registry.method(config.method)
-  missing = [kind for kind in method.needs if getattr(networks, kind) is None]
+  missing = [kind for kind in method.needs if kind not in networks.kinds()]
   if missing:
-    raise ValueError(f"{method.name} needs the benchmark's {', '.join(missing)} networks")
+    raise ValueError(f"{method.name} needs the benchmark's {', '.join(missing)} networks; it "
+                     f"supplies: {', '.join(networks.kinds()) or 'none'}")
   if input_transform is not None and not method.takes_input_transform:
     raise ValueError(f"{method.name} takes no input transform")
   if networks.penalty is not None and not method.takes_penalty:

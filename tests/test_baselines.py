@@ -21,6 +21,7 @@ from runner.config import MethodConfig
 from methods.trainers.learning_rate import LearningRateSchedule
 from runner.dispatch import train_method
 from methods import registry
+from methods import network_kinds
 from methods.registry import Networks
 from methods.trainers import training
 from methods.trainers.training import CheckpointedTraining
@@ -339,8 +340,9 @@ def test_train_method_follows_the_configs_schedule_and_the_networks_penalty(tmp_
   def trained(directory, steps, penalty_weight):
     tf.keras.utils.set_random_seed(0)
     networks = Networks(
-        mean_field=lambda members: _vi_network(), mnf=None,
-        ensemble=lambda members: deep_ensemble.regression_ensemble(members, hidden_units=8),
+        builders={network_kinds.MEAN_FIELD: lambda members: _vi_network(),
+                  network_kinds.ENSEMBLE:
+                  lambda members: deep_ensemble.regression_ensemble(members, hidden_units=8)},
         penalty=lambda model: penalty_weight * tf.add_n(
             [tf.reduce_sum(tf.square(v)) for v in kernels(model)]))
     config = _SteppedConfig(method=method, vi_steps=steps, ensemble_steps=steps, batch_size=32,

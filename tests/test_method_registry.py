@@ -1,5 +1,7 @@
-"""The method registry: methods found by name, each binary's flags scoped to the methods it offers,
-committed runs' settings still valid, and run_table.sh's jobs from the registry."""
+"""The method registry: methods found by name, each binary's flags scoped to the methods it offers
+(those whose network kinds its builders supply, a new kind needing no edit outside its method and
+the benchmarks that offer it), committed runs' settings still valid, and run_table.sh's jobs from
+the registry."""
 import dataclasses
 import glob
 import json
@@ -7,13 +9,15 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from runner.config import MethodConfig
 from runner import cli
-from common.config import Config, UsageError, recorded_config
+from common.config import Config, UsageError, recorded_config, setting
 from image.config import ImageConfig
-from methods import registry
+from methods import network_kinds, registry
+from methods.registry import Method, MethodRun, Networks
 from methods.vi import ViConfig
 from resnet.config import ResNetConfig
 from uci.config import UciConfig
@@ -37,7 +41,8 @@ def test_every_method_is_registered_once_with_its_settings_and_needs():
     method = registry.method(name)
     assert method.name == name and method.title
     assert issubclass(method.config, Config) and dataclasses.is_dataclass(method.config)
-    assert set(method.needs) <= set(registry.NETWORK_KINDS) and callable(method.train)
+    assert method.needs and all(isinstance(kind, str) for kind in method.needs)
+    assert callable(method.train)
   assert registry.names_where(lambda method: method.refines) == ("refined_vi", "refined_vogn")
   with pytest.raises(ValueError, match="unknown method 'laplace'; allowed: vi, refined_vi"):
     registry.method("laplace")
@@ -50,6 +55,82 @@ def test_a_benchmark_offers_the_methods_its_networks_supply():
   # ResNet-20 has no MNF version, and its L2 penalty on point estimates rules VOGN out.
   assert ResNetConfig.__dataclass_fields__["method"].metadata["choices"] == (
       "vi", "refined_vi", "vi_equal_compute", "deep_ensemble")
+
+
+def test_a_benchmarks_networks_supply_exactly_the_methods_its_binary_offers():
+  """Catches: a binary's config offering a method whose builder its networks lack (the run fails
+  after data loading), or networks with a builder whose methods the binary never offers."""
+  from image.lenet import lenet5_networks
+  from resnet.networks import resnet20_networks
+  from uci.networks import uci_networks
+  for config_class, networks in ((UciConfig, uci_networks(UciConfig())),
+                                 (ImageConfig, lenet5_networks(ImageConfig(), 10)),
+                                 (ResNetConfig, resnet20_networks(ResNetConfig(), 10))):
+    offered = config_class.__dataclass_fields__["method"].metadata["choices"]
+    assert registry.methods_for(networks.kinds(),
+                                penalty=networks.penalty is not None) == offered, config_class
+  with pytest.raises(ValueError, match="supplies no 'mnf' networks; it supplies: mean_field, "
+                     "ensemble"):
+    resnet20_networks(ResNetConfig(), 10).builder(network_kinds.MNF)
+
+
+def test_a_misspelt_network_kind_is_refused():
+  with pytest.raises(ValueError, match=r"supplies \['mean_feild'\], which no method needs; the "
+                     "methods need: ensemble, mean_field, mnf, particles"):
+    registry.methods_for(("mean_feild", network_kinds.ENSEMBLE))
+  with pytest.raises(ValueError, match="method laplace: needs must be a tuple"):
+    Method(name="laplace", title="Laplace", config=Config, needs="laplace_net",
+           train=lambda run: None, order=10, summary="a bare string of a kind")
+  with pytest.raises(ValueError, match="kind 'mnf' needs a name and a callable builder"):
+    Networks(builders={network_kinds.MNF: None})
+
+
+LAPLACE_NET = "laplace_net"  # a kind no module of the package names: the throwaway method's own
+
+
+@dataclasses.dataclass
+class _LaplaceConfig(Config):
+  laplace_prior_precision: float = setting(1.0, "laplace: prior precision.", minimum=0)
+
+
+def test_a_method_with_an_architecture_of_its_own_needs_no_other_module_edited(tmp_path):
+  """A method needing a new kind of network ("laplace_net") is offered by a benchmark whose
+  Networks supply that builder and by no other, and trains on it through the one dispatch: the
+  registry, the other methods and the benchmarks without it stay as they are."""
+  from runner.dispatch import train_method
+
+  def train(run):
+    model = run.networks.builder(LAPLACE_NET)()
+    return MethodRun(sample_outputs=model, models=[model], metrics={}, timings={})
+
+  laplace = Method(name="laplace", title="Laplace", config=_LaplaceConfig, needs=(LAPLACE_NET,),
+                   train=train, order=10, summary="a Laplace approximation (throwaway)")
+  mean_field = {network_kinds.MEAN_FIELD: lambda num_members: "mean-field network"}
+  without = Networks(builders=mean_field)
+  offering = Networks(builders={**mean_field, LAPLACE_NET: lambda: "laplace network"})
+  mean_field_methods = ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn")
+  assert registry.methods_for(without.kinds()) == mean_field_methods
+  with pytest.raises(ValueError, match="'laplace_net'], which no method needs"):
+    registry.methods_for(offering.kinds())
+  inputs, labels = np.zeros([4, 1]), np.zeros([4, 1])
+  with registry.extended_with(laplace):
+    assert registry.methods_for(offering.kinds()) == mean_field_methods + ("laplace",)
+    assert registry.methods_for(without.kinds()) == mean_field_methods
+    assert registry.methods_for(offering.kinds(), penalty=True) == ("vi", "refined_vi",
+                                                                     "vi_equal_compute", "laplace")
+    assert _LaplaceConfig in registry.configs_of(("vi", "laplace"))
+    with pytest.raises(ValueError, match="laplace needs the benchmark's laplace_net networks; "
+                       "it supplies: mean_field"):
+      train_method(MethodConfig(method="laplace"), without, inputs, labels, None, str(tmp_path))
+    run = train_method(MethodConfig(method="laplace"), offering, inputs, labels, None,
+                       str(tmp_path))
+    assert run.models == ["laplace network"]
+  assert "laplace" not in registry.names()
+  assert registry.methods_for(without.kinds()) == mean_field_methods
+  with pytest.raises(ValueError, match="two methods are called 'vi'"):
+    with registry.extended_with(dataclasses.replace(laplace, name="vi")):
+      pass
+  assert registry.method("vi").needs == (network_kinds.MEAN_FIELD,)
 
 
 @pytest.mark.parametrize("binary", sorted(BINARIES))

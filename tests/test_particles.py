@@ -8,6 +8,7 @@ import pytest
 import scipy.stats
 import tensorflow as tf
 
+from methods import network_kinds
 from methods.trainers.deep_ensemble import MemberDense
 from methods.trainers.gaussian_head import HomoscedasticNoise
 from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork, gaussian_from_draws,
@@ -196,7 +197,7 @@ def test_an_interrupted_fsvgd_run_resumes_to_the_same_particles(tmp_path):
 
 def _initial_kernels(config):
   from uci.networks import uci_networks
-  model = uci_networks(config).particles(config.num_particles)
+  model = uci_networks(config).builder(network_kinds.PARTICLES)(config.num_particles)
   model(tf.zeros([5, 13]))
   return [layer for layer in model.layers if isinstance(layer, MemberDense)]
 

@@ -9,12 +9,13 @@ from runner.config import REFINED, MethodConfig
 from common.config import (NOTHING, RESULTS, UsageError, data_dir_setting, download_setting,
                            setting, with_default)
 from common.distribution import DeviceConfig
-from methods import registry
+from methods import network_kinds, registry
 from methods.registry import ENSEMBLE, EXTRA_VI, MNF, PARTICLES, VI, VOGN
 from uci import data
 
 # The UCI networks come in every kind (mean-field, MNF, ensemble, particles): every method runs.
-METHODS = registry.methods_for(("mean_field", "mnf", "ensemble", "particles"))
+METHODS = registry.methods_for((network_kinds.MEAN_FIELD, network_kinds.MNF,
+                                 network_kinds.ENSEMBLE, network_kinds.PARTICLES))
 
 
 @dataclasses.dataclass

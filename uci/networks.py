@@ -9,6 +9,7 @@ from auxiliary_sampling.layers import DenseReparameterization
 from methods.trainers import deep_ensemble
 from methods.trainers import mnf
 from methods.trainers import particles
+from methods import network_kinds
 from methods.registry import Networks
 from uci.config import UciConfig
 from methods.trainers.gaussian_head import HomoscedasticNoise
@@ -52,5 +53,6 @@ def uci_networks(config: UciConfig) -> Networks:
                                           seed=config.seed,
                                           initializer=config.particle_initializer)
 
-  return Networks(mean_field=mean_field, mnf=mnf_network, ensemble=ensemble,
-                  particles=particle_networks)
+  return Networks(builders={network_kinds.MEAN_FIELD: mean_field, network_kinds.MNF: mnf_network,
+                            network_kinds.ENSEMBLE: ensemble,
+                            network_kinds.PARTICLES: particle_networks})

@@ -32,6 +32,7 @@ from methods.trainers.training import Penalty
 from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
 from common.distribution import loop_settings_of
+from methods import network_kinds
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.
@@ -58,8 +59,8 @@ class ViFamilyRun:
 def train_mean_field_method(run: TrainingInputs, fit: str, then: str) -> MethodRun:
   """A registered mean-field method (`methods.vi` and the others): `run_vi_family` on the
   benchmark's mean-field networks, as the method's `fit` and `then` say."""
-  trained = run_vi_family(run.config, run.networks.mean_field, run.inputs, run.labels,
-                          run.log_likelihood_fn, run.output_dir,
+  trained = run_vi_family(run.config, run.networks.builder(network_kinds.MEAN_FIELD), run.inputs,
+                          run.labels, run.log_likelihood_fn, run.output_dir,
                           checkpoint_dir_fn=run.checkpoint_dir, penalty=run.networks.penalty,
                           input_transform=run.input_transform, fit=fit, then=then)
   return MethodRun(sample_outputs=trained.sample_outputs, models=[trained.model],
