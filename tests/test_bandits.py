@@ -360,8 +360,9 @@ class _Killed(Exception):
 def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
   """Catches a checkpoint that misses part of the state (history, optimiser moments, the noise
   and batch counters, the record): the resumed run would diverge from the uninterrupted one.
-  Also with the binary's default loop (noise drawn ahead in chunks, compiled by XLA)."""
-  config = BanditConfig(**{**TINY, "jit_compile": loop.jit_compile,
+  Also with the binary's default loop (noise drawn ahead in chunks, compiled by XLA). One hidden
+  layer: its three agents' loops trace (and compile) faster, and hold the same kinds of state."""
+  config = BanditConfig(**{**TINY, "num_hidden_layers": 1, "jit_compile": loop.jit_compile,
                            "noise_chunk_steps": loop.noise_chunk_steps})
   _kill_and_resume(tmp_path, mushrooms, agent_name, config)
 

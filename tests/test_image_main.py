@@ -15,6 +15,7 @@ from image import main as image_main
 from image.config import METHODS, ImageConfig, pixel_scaling_for
 from methods import registry
 from methods.vogn import VognConfig
+from tests.method_runs import MethodRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,11 +36,17 @@ def _tiny(mnist_dir):
   return dict(TINY, data_dir=mnist_dir)
 
 
+@pytest.fixture(scope="module")
+def method_runs(tmp_path_factory, data_dir_for):
+  """Every method's run of TINY, made once and shared by the tests below."""
+  return MethodRuns(image_main.train_and_evaluate, ImageConfig, tmp_path_factory.mktemp("methods"),
+                    data_dir=data_dir_for("mnist"), **TINY)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method, tiny):
-  config = ImageConfig(method=method, **tiny)
-  metrics = image_main.train_and_evaluate(config, str(tmp_path))
-  results = json.loads((tmp_path / "results.json").read_text())
+def test_every_method_writes_its_metrics(method_runs, method):
+  metrics, results = method_runs(method)
+  output = method_runs.root / method
   assert results["benchmark"] == "image" and results["method"] == method
   assert results["metrics"] == pytest.approx(metrics)
   assert metrics["num_train"] == 1024 and metrics["num_test"] == 300 and metrics[
@@ -65,7 +72,7 @@ def test_every_method_writes_its_metrics(tmp_path, method, tiny):
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert metrics["elbo_aux"] == pytest.approx(
         metrics["elbo_aux_expected_log_likelihood"] - metrics["elbo_aux_kl"], rel=1e-9)
-    trace = pd.read_csv(tmp_path / figures.TRACE_FILENAME)
+    trace = pd.read_csv(output / figures.TRACE_FILENAME)
     assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
     assert [c for c in trace.columns if c.startswith("member_")
            ] == ["member_0", "member_1", "member_2"]
@@ -75,16 +82,16 @@ def test_every_method_writes_its_metrics(tmp_path, method, tiny):
     assert np.all(np.diff(ends) > 0)
     # The whole-training-set staircase: the VI ELBO, then ELBO_aux after each stage, ending at the
     # result.
-    stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
+    stages = pd.read_csv(output / figures.TRACE_STAGES_FILENAME)
     assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and list(stages.step) == [0, 20, 40, 60]
     assert stages.elbo_aux_mean.iloc[0] == pytest.approx(metrics["elbo_start_members"], rel=1e-6)
     assert stages.elbo_aux_mean.iloc[-1] == pytest.approx(metrics["elbo_aux"], rel=1e-6)
     assert stages.elbo_aux_mean.iloc[1] > stages.elbo_aux_mean.iloc[0]
     assert results["timings"]["stage_elbo_seconds"] > 0
-    assert (tmp_path / figures.FIGURE_FILENAME).stat().st_size > 10_000
+    assert (output / figures.FIGURE_FILENAME).stat().st_size > 10_000
   else:
-    assert "elbo_aux" not in metrics and not (tmp_path / figures.TRACE_FILENAME).exists()
-    assert not (tmp_path / figures.TRACE_STAGES_FILENAME).exists()
+    assert "elbo_aux" not in metrics and not (output / figures.TRACE_FILENAME).exists()
+    assert not (output / figures.TRACE_STAGES_FILENAME).exists()
 
 
 def _run(*args):
@@ -117,18 +124,16 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
   assert not (tmp_path / "results.json").exists()
 
 
-def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path, tiny):
+def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path, method_runs):
   """By default the ensemble gets [0, 1] pixels and Glorot kernels.
 
   The suite's VI protocol is a flag away.
   """
-  settings = {**tiny, "method": "deep_ensemble", "ensemble_steps": 30}
-  paper = image_main.train_and_evaluate(ImageConfig(**settings), str(tmp_path / "paper"))
-  vi_like = image_main.train_and_evaluate(
-      ImageConfig(**settings, pixel_scaling="standardise", ensemble_kernel_initializer="he_normal"),
-      str(tmp_path / "vi_like"))
+  paper, results = method_runs("deep_ensemble")
+  vi_like, _ = method_runs.run("deep_ensemble", tmp_path / "vi_like", pixel_scaling="standardise",
+                               ensemble_kernel_initializer="he_normal")
   assert paper["test_accuracy"] > 0.5 and abs(paper["test_mll"] - vi_like["test_mll"]) > 1e-3
-  recorded = json.loads((tmp_path / "paper" / "results.json").read_text())["flags"]
+  recorded = results["flags"]
   assert recorded["pixel_scaling"] == "unit_interval" and recorded[
       "ensemble_kernel_initializer"] == "glorot_uniform"
   for name in ("pixel_scaling", "ensemble_kernel_initializer"):
@@ -229,12 +234,12 @@ def test_speed_benchmark_writes_its_measurements(tmp_path, mnist_dir):
   assert not (tmp_path / "bad").exists()
 
 
-def test_refinement_without_optimisation_steps(tmp_path, tiny):
+def test_refinement_without_optimisation_steps(tmp_path, method_runs):
   """--steps_per_auxiliary=0, what the authors' code effectively ran on images: every a_k drawn,
-  no Adam step. Catches the figure crashing on the empty per-step trace after a whole run (it did,
-  on ResNet-20) and a stage staircase that moves without optimisation."""
-  config = ImageConfig(method="refined_vi", **dict(tiny, steps_per_auxiliary=0))
-  metrics = image_main.train_and_evaluate(config, str(tmp_path))
+  no Adam step (from the VI fit the other refined run shares). Catches the figure crashing on the
+  empty per-step trace after a whole run (it did, on ResNet-20) and a stage staircase that moves
+  without optimisation."""
+  metrics, _ = method_runs.run("refined_vi", tmp_path, steps_per_auxiliary=0)
   assert len(pd.read_csv(tmp_path / figures.TRACE_FILENAME)) == 0
   stages = pd.read_csv(tmp_path / figures.TRACE_STAGES_FILENAME)
   assert list(stages.auxiliary_variable) == [0, 1, 2, 3] and set(stages.step) == {0}

@@ -9,14 +9,17 @@ import tensorflow as tf
 from auxiliary_sampling.noise import recorded_draws, supplied_draws
 from benchmarks import step_floor
 
-# Steps per measurement: enough for the objective to settle within the tolerance below.
-STEPS = {"vi": 1000, "mnf": 500, "ensemble": 500, "bandit": 100}
+# Timed steps per measurement, after its 200-step warm-up (a count other than the warm-up's, so a
+# loop that traces per step count retraces when timed): enough for every variant's mean objective
+# to agree within the tolerance below (measured: within 0.3 %; MNF's weight KL dropped from the
+# rewrite: 86 % off).
+STEPS = {"vi": 300, "mnf": 100, "ensemble": 100, "bandit": 100}
 
 
 @pytest.mark.parametrize("workload", step_floor.WORKLOADS)
 def test_every_rewrite_reaches_our_objective(workload):
   """From the same initial values, each rewrite ends where our loop ends, within the minibatch
-  noise of the trace (measured: within 0.7 % on VI, 0.2 % on MNF and the ensemble). Catches
+  noise of the trace (measured: within 0.05 % on VI, 0.3 % on MNF, 0.15 % on the ensemble). Catches
   a rewrite with another KL (VI's constant dropped: 8 % off; MNF's weight KL dropped: fails),
   likelihood, adversarial step or Adam, whose timings would compare other work; and
   a timed call that traces again (the rewrites took Python step counts, so the timed call

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.method_runs import MethodRuns
 from uci import main as uci_main
 from uci.config import METHODS, UciConfig
 
@@ -34,15 +35,22 @@ def _tiny(yacht_dir):
   return dict(TINY, data_dir=yacht_dir)
 
 
+@pytest.fixture(scope="module")
+def method_runs(tmp_path_factory, data_dir_for):
+  """Every method's run of TINY on yacht with the compiled loop, UCI's default, and refinement
+  compiled too; made once and shared by the tests below."""
+  return MethodRuns(uci_main.train_and_evaluate, UciConfig, tmp_path_factory.mktemp("methods"),
+                    data_dir=data_dir_for("yacht_hydrodynamics"), jit_compile_refinement=True,
+                    **TINY)
+
+
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method, tiny):
+def test_every_method_writes_its_metrics(method_runs, method):
   """Through `train_and_evaluate` (as a script would call it) with the compiled loop, UCI's
   default, and refinement compiled too: every method's step body compiles with XLA (the proxy for
   TPU), and the run is the compiled one."""
-  config = UciConfig(method=method, jit_compile_refinement=True, **tiny)
-  assert config.jit_compile and config.noise_chunk_steps == 100
-  metrics = uci_main.train_and_evaluate(config, str(tmp_path))
-  results = json.loads((tmp_path / "results.json").read_text())
+  metrics, results = method_runs(method)
+  assert results["flags"]["jit_compile"] and results["flags"]["noise_chunk_steps"] == 100
   assert results["benchmark"] == "uci" and results["dataset"] == "yacht_hydrodynamics"
   assert results["method"] == method and results["metrics"] == pytest.approx(metrics)
   assert metrics["num_train"] == 246 and metrics["num_test"] == 62
@@ -61,7 +69,7 @@ def test_every_method_writes_its_metrics(tmp_path, method, tiny):
   if method in ("svgd", "fsvgd"):
     # 20 epochs of the f-POVI protocol's batch 100 on 246 examples: 3 steps each.
     assert metrics["particle_steps"] == 60 and metrics["particle_batch_size"] == 100
-  if method in ("vogn", "refined_vogn"):
+  if method == "vogn":
     assert metrics["vogn_resumed_from_step"] == 0
 
 
@@ -83,48 +91,40 @@ def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, tiny):
   assert binary["elbo"] == pytest.approx(chunked["elbo"], rel=1e-6)
 
 
-def test_refined_and_vi_runs_share_one_checkpoint(tmp_path, tiny):
-  shared = str(tmp_path / "vi_checkpoint")
-  first = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **tiny),
-                                      str(tmp_path / "vi"))
-  second = uci_main.train_and_evaluate(
-      UciConfig(method="refined_vi", vi_checkpoint_dir=shared, **tiny), str(tmp_path / "refined"))
+def test_refined_and_vi_runs_share_one_checkpoint(method_runs):
+  first, _ = method_runs("vi")
+  second, _ = method_runs("refined_vi")
   assert first["vi_resumed_from_step"] == 0 and second["vi_resumed_from_step"] == 400
   assert abs(first["elbo"] -
              second["elbo"]) < 0.05 * abs(first["elbo"])  # same model, a fresh ELBO estimate
 
 
-def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch, tiny):
+def test_metrics_are_in_the_original_units_of_y(tmp_path, monkeypatch, method_runs):
   """y -> 10 y + 3 leaves the standardised problem unchanged, so the test MLL moves by exactly
   -log 10 and the RMSE scales by 10. Mutation: metrics computed in standardised units (MLL
   unchanged) fail here."""
   from uci import data
   load = data.load
-  config = UciConfig(method="vi", **{**tiny, "vi_steps": 200})
-  original = uci_main.train_and_evaluate(config, str(tmp_path / "original"))
+  original, _ = method_runs("vi")
   monkeypatch.setattr(data, "load", lambda *args: (lambda x, y: (x, 10.0 * y + 3.0))(*load(*args)))
-  scaled = uci_main.train_and_evaluate(config, str(tmp_path / "scaled"))
+  scaled, _ = method_runs.run("vi", tmp_path / "scaled", vi_checkpoint_dir=None)
   assert scaled["target_std"] == pytest.approx(10 * original["target_std"], rel=1e-9)
   assert scaled["test_mll"] == pytest.approx(original["test_mll"] - math.log(10.0), abs=1e-3)
   assert scaled["test_rmse"] == pytest.approx(10 * original["test_rmse"], rel=1e-3)
   assert scaled["calibration_error"] == pytest.approx(original["calibration_error"], abs=1e-3)
 
 
-def test_refined_vogn_refines_the_vogn_runs_posterior(tmp_path, tiny):
+def test_refined_vogn_refines_the_vogn_runs_posterior(method_runs):
   """vogn and refined_vogn of one dataset and seed share the VOGN checkpoint (in the VI
   checkpoint folder's vogn/), refinement raises ELBO_aux above the VOGN posterior's ELBO, and a VI
   run beside them keeps its own checkpoint."""
-  shared = str(tmp_path / "vi_checkpoint")
-  vogn = uci_main.train_and_evaluate(UciConfig(method="vogn", vi_checkpoint_dir=shared, **tiny),
-                                     str(tmp_path / "vogn"))
-  refined = uci_main.train_and_evaluate(
-      UciConfig(method="refined_vogn", vi_checkpoint_dir=shared, **tiny), str(tmp_path / "ref"))
-  vi = uci_main.train_and_evaluate(UciConfig(method="vi", vi_checkpoint_dir=shared, **tiny),
-                                   str(tmp_path / "vi"))
+  vogn, _ = method_runs("vogn")
+  refined, _ = method_runs("refined_vogn")
+  vi, _ = method_runs("vi")
   assert vogn["vogn_resumed_from_step"] == 0 and refined["vogn_resumed_from_step"] == 400
   assert vi["vi_resumed_from_step"] == 0
   assert refined["elbo_aux"] > refined["elbo"]
-  assert os.path.exists(os.path.join(shared, "vogn", "settings.json"))
+  assert (method_runs.checkpoint_dir / "vogn" / "settings.json").exists()
 
 
 def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path, tiny):
