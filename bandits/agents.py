@@ -38,8 +38,9 @@ from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function, no_autograph
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.noise import derived_seed
-from auxiliary_sampling.refine import Refiner, seed_member_streams
+from auxiliary_sampling.refine import Refiner
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.stream_seeding import seed_member_streams
 from auxiliary_sampling.training_batches import GroupedBatches
 from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.weight_noise import weight_noise_scope
