@@ -279,7 +279,8 @@ _multi_worker_strategies: list[Any] = []
 def multi_worker_strategy() -> Any:
   """The process's MultiWorkerMirroredStrategy over the workers $TF_CONFIG names, made on the first
   call, which must come before TensorFlow initialises its devices (it configures the collective
-  ops then): `runner.cli.quiet_tensorflow_startup(multi_worker=True)` makes it."""
+  ops then): `runner.tensorflow_startup.quiet_tensorflow_startup(multi_worker=True)`
+  makes it."""
   if not _multi_worker_strategies:
     import tensorflow as tf
     cluster_of_workers()

@@ -233,7 +233,7 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   compiled its refinement, where UCI's default no longer does, so only its recorded value gives
   the same ELBO_aux to the last digit."""
   from absl import flags
-  from runner import cli
+  from runner import config_flags
   from uci.config import UciConfig
   root = tmp_path
   records = {
@@ -258,9 +258,9 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
     shown = command.split("`")[1]
     extra = shown.split(" -- ")[1].split() if " -- " in shown else []
     flag_values = flags.FlagValues()
-    cli.define_flags(UciConfig, flag_values)
+    config_flags.define_flags(UciConfig, flag_values)
     flag_values(["uci.main", f"--method={method}", "--dataset=wine", f"--seed={seed}", *extra])
-    config = cli.config_from_flags(UciConfig, flag_values)
+    config = config_flags.config_from_flags(UciConfig, flag_values)
     record = json.loads((root / "uci" / "wine" / method / f"seed_{seed}" /
                          "results.json").read_text())
     config.validate()
