@@ -20,7 +20,8 @@ from auxiliary_sampling.trained_state import load_trained_state
 from bandits import main as bandit_main
 from bandits import figure as bandit_figure
 from bandits import mushroom, sample_quality
-from bandits.agents import make_agent, reward_model
+from bandits.agents import make_agent
+from bandits.reward_model import reward_model
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord, interact
 from methods.trainers.gaussian_head import gaussian_head_log_likelihood
