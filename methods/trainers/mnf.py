@@ -34,8 +34,8 @@ from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.conditionals import normal_kl, normal_log_prob
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
-from auxiliary_sampling.layers import conv_arguments
 from auxiliary_sampling.loop_settings import LoopSettings
+from auxiliary_sampling.member_convolution import conv_arguments
 from auxiliary_sampling.model_parameters import layers_of
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import inverse_softplus
