@@ -216,7 +216,8 @@ class _MNFParameters:
 
 
 def _flow(steps, z):
-  """A masked RealNVP flow (methods.trainers.mnf.MaskedCouplingFlow's map): (f(z), log |det|)."""
+  """A masked RealNVP flow (methods.trainers.coupling_flow.MaskedCouplingFlow's map): (f(z),
+  log |det|)."""
   log_det = tf.zeros(tf.shape(z)[:-1])
   for mask, (hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias) in steps:
     features = tf.tanh((mask * z) @ hidden + hidden_bias)
