@@ -43,7 +43,7 @@ _PUBLIC = {
     # Auxiliary variance schedules and the refinement's learning-rate rules.
     "AuxiliarySchedule": "schedule", "LEARNING_RATE_RULES": "schedule",
     # Refinement: Gaussian (refine, Refiner) and Normal / Cauchy auxiliaries of any log joint.
-    "refine": "refine", "Refiner": "refine", "stream_seeds": "refine",
+    "refine": "refine", "Refiner": "refine", "stream_seeds": "stream_seeding",
     "RefinementResult": "refinement_result",
     "refine_non_gaussian": "non_gaussian_refinement", "StableBlock": "stable_auxiliaries",
     "TiltedGaussian": "tilted",

@@ -36,145 +36,35 @@ relative difference |a - b| / max(|a|, |b|) ("identical" when bit-equal; a per-s
 one row, its largest difference), and exits 1 if a metric differs by more than --tolerance
 (default 0: bit-identical), or a run or a metric is on one side only. Recorded settings that
 differ are listed but do not fail.
+
+The runs are listed in `benchmarks.fingerprint_runs`, the comparison is
+`benchmarks.fingerprint_comparison`; this module runs them and is the command.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
-import math
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from absl import flags
 
+from benchmarks.fingerprint_comparison import comparison_table, load_fingerprint
+from benchmarks.fingerprint_runs import (DATA_DIR_PLACEHOLDER, GROUPS, WORK_DIR_PLACEHOLDER, Run,
+                                         runs_of)
 from common.results import git_commit, library_versions, machine_description, write_json_atomically
 from runner import cli
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One thread for every TensorFlow pool of every run: numbers independent of the machine's load.
 THREAD_ENVIRONMENT = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
-WORK_DIR_PLACEHOLDER, DATA_DIR_PLACEHOLDER = "$WORK_DIR", "$REFINED_VI_DATA_DIR"
 # Measurements among results.json metrics (the process's peak memory): recorded, never compared.
 MEASUREMENTS = ("peak_memory_mb",)
-UCI_METHODS = ("vi", "refined_vi", "vi_equal_compute", "vogn", "refined_vogn", "mnf",
-               "deep_ensemble", "svgd", "fsvgd")
-IMAGE_METHODS = ("vi", "refined_vi", "vi_equal_compute", "deep_ensemble", "mnf", "vogn",
-                 "refined_vogn")
-# run_all.sh --scale=smoke's flags for image/run_table.sh on MNIST.
-LENET5_SMOKE_FLAGS = ("--num_train_examples=1024", "--num_test_examples=500", "--vi_steps=100",
-                      "--num_samples=3", "--num_auxiliary=2", "--steps_per_auxiliary=10",
-                      "--mnf_steps=50", "--ensemble_members=2", "--ensemble_steps=50",
-                      "--batch_size=64")
-RESNET_METHODS = ("vi", "refined_vi", "vi_equal_compute", "deep_ensemble")
-# tests/test_resnet_main.py's TINY: 4 steps of 32 an epoch; refinement M = 2, K = 2, T = 2.
-RESNET_TINY_FLAGS = ("--dataset=fashion_mnist", "--num_train_examples=128",
-                     "--num_test_examples=64", "--batch_size=32", "--epochs=1",
-                     "--decay_epochs=0.5", "--decay_factors=0.1", "--num_samples=2",
-                     "--num_auxiliary=2", "--steps_per_auxiliary=2", "--ensemble_members=2")
-BANDIT_AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
-BANDIT_FIXED_NOISE_AGENTS = ("refined_ts", "vi_ts")
-BANDIT_TINY_FLAGS = ("--seeds=0,1", "--horizon=20", "--update_steps=20", "--refine_steps=20",
-                     "--regret_report_interval=5")
-# run_all.sh --scale=smoke's flags.
-TOY_MULTIMODAL_FLAGS = ("--num_samples=300", "--vi_steps=500", "--refine_steps=100",
-                        "--elbo_samples=3000")
-TOY_EIGHT_SCHOOLS_FLAGS = ("--num_auxiliary=1,2,4", "--num_samples=300", "--initial_steps=500",
-                           "--steps_per_auxiliary=100", "--nuts_chains=16", "--nuts_burnin=200",
-                           "--nuts_draws=300")
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """One binary run: its key in the fingerprint, `python -m binary` and its flags (paths under
-  the work and data directories written with WORK_DIR_PLACEHOLDER and DATA_DIR_PLACEHOLDER)."""
-  key: str
-  binary: str
-  arguments: tuple[str, ...]
-
-  @property
-  def output_dir(self) -> str:
-    return os.path.join(WORK_DIR_PLACEHOLDER, self.key)
-
-  def command(self) -> str:
-    return " ".join(["python", "-m", self.binary, *self.arguments])
-
-  def argv(self, work_dir: str, data_dir: str) -> list[str]:
-    return [sys.executable, "-m", self.binary,
-            *(argument.replace(WORK_DIR_PLACEHOLDER, work_dir)
-              .replace(DATA_DIR_PLACEHOLDER, data_dir) for argument in self.arguments)]
-
-
-def _table_runs(group: str, binary: str, dataset_flag: str, dataset: str,
-                methods: Sequence[str], shared: Sequence[str], variant: str = "") -> list[Run]:
-  """One seed-0 run per method, sharing one VI checkpoint directory, as common/run_table.sh runs
-  a table (its output under <group>/<dataset>[/<variant>]/<method>/seed_0)."""
-  folder = "/".join(filter(None, (group, dataset, variant)))
-  checkpoints = f"{WORK_DIR_PLACEHOLDER}/{folder}/vi_checkpoints/seed_0"
-  runs = []
-  for method in methods:
-    key = f"{folder}/{method}/seed_0"
-    runs.append(Run(key, binary, (dataset_flag, f"--method={method}", "--seed=0",
-                                  f"--output_dir={WORK_DIR_PLACEHOLDER}/{key}",
-                                  f"--vi_checkpoint_dir={checkpoints}", *shared)))
-  return runs
-
-
-def _uci_runs() -> list[Run]:
-  shared = ("--intra_op_threads=1", f"--data_dir={DATA_DIR_PLACEHOLDER}/uci", "--nodownload")
-  return _table_runs("uci", "uci.main", "--dataset=boston_housing", "boston_housing",
-                     UCI_METHODS, shared)
-
-
-def _lenet5_runs() -> list[Run]:
-  shared = ("--intra_op_threads=1", f"--data_dir={DATA_DIR_PLACEHOLDER}", "--nodownload",
-            *LENET5_SMOKE_FLAGS)
-  return _table_runs("lenet5_smoke", "image.main", "--dataset=mnist", "mnist", IMAGE_METHODS,
-                     shared)
-
-
-def _resnet_runs() -> list[Run]:
-  shared = ("--intra_op_threads=1", f"--data_dir={DATA_DIR_PLACEHOLDER}", "--nodownload",
-            *RESNET_TINY_FLAGS)
-  hybrid = _table_runs("resnet_tiny", "resnet.main", "--variational=hybrid", "fashion_mnist",
-                       RESNET_METHODS, ("--batchnorm", *shared), variant="hybrid_bn")
-  full = _table_runs("resnet_tiny", "resnet.main", "--variational=full", "fashion_mnist",
-                     ("vi",), ("--num_eval_samples=1", *shared), variant="full")
-  return hybrid + full
-
-
-def _bandit_runs() -> list[Run]:
-  shared = ("--intra_op_threads=1", f"--data_dir={DATA_DIR_PLACEHOLDER}", "--nodownload",
-            *BANDIT_TINY_FLAGS)
-  runs = []
-  for noise, agents in (("learned", BANDIT_AGENTS), ("1.0", BANDIT_FIXED_NOISE_AGENTS)):
-    for agent in agents:
-      key = f"bandit_tiny/mushroom/noise_{noise}/{agent}"
-      runs.append(Run(key, "bandits.main", (f"--agents={agent}", f"--noise_scale={noise}",
-                                            f"--output_dir={WORK_DIR_PLACEHOLDER}/{key}",
-                                            *shared)))
-  return runs
-
-
-def _toy_runs() -> list[Run]:
-  return [Run(f"toy/{name}/refined_vi/seed_0", f"toy.{name}",
-              (f"--output_dir={WORK_DIR_PLACEHOLDER}/toy/{name}/refined_vi/seed_0", *settings))
-          for name, settings in (("multimodal", TOY_MULTIMODAL_FLAGS),
-                                 ("eight_schools", TOY_EIGHT_SCHOOLS_FLAGS))]
-
-
-GROUPS = {"uci": _uci_runs, "lenet5_smoke": _lenet5_runs, "resnet_tiny": _resnet_runs,
-          "bandit_tiny": _bandit_runs, "toy": _toy_runs}
-
-
-def runs_of(groups: Sequence[str]) -> dict[str, list[Run]]:
-  """The fixed runs of each of `groups`, in the order they run."""
-  return {group: GROUPS[group]() for group in groups}
 
 
 def numbers(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -288,98 +178,6 @@ def fingerprint(groups: Sequence[str], repo: str, work_dir: str, data_dir: str,
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
-@dataclasses.dataclass
-class Row:
-  """One metric of one run in a comparison."""
-  run: str
-  metric: str
-  before: Any
-  after: Any
-  difference: float          # relative; 0 for bit-equal, inf for a side that is missing
-  note: str = ""
-
-
-def relative_difference(before: Any, after: Any) -> float:
-  """|a - b| / max(|a|, |b|), elementwise maximum for series; 0 for bit-equal values (NaN equals
-  NaN), inf for series of other lengths or a NaN against a number."""
-  if isinstance(before, list) or isinstance(after, list):
-    if not (isinstance(before, list) and isinstance(after, list)) or len(before) != len(after):
-      return math.inf
-    return max((relative_difference(b, a) for b, a in zip(before, after)), default=0.0)
-  if before == after or (math.isnan(before) and math.isnan(after)):
-    return 0.0
-  if math.isnan(before) or math.isnan(after) or math.isinf(before) or math.isinf(after):
-    return math.inf
-  return abs(before - after) / max(abs(before), abs(after))
-
-
-def compare(before: Mapping, after: Mapping) -> tuple[list[Row], list[str]]:
-  """Every metric of every run of two fingerprints, and the recorded settings that differ."""
-  rows, setting_notes = [], []
-  for key in list(before["runs"]) + [k for k in after["runs"] if k not in before["runs"]]:
-    old, new = before["runs"].get(key), after["runs"].get(key)
-    if old is None or new is None or "error" in old or "error" in new:
-      side = ("before" if old is None else "after" if new is None else
-              f"before ({old['error']})" if "error" in old else f"after ({new['error']})")
-      rows.append(Row(key, "(run)", None, None, math.inf, f"missing {side}"))
-      continue
-    old_metrics, new_metrics = old["metrics"], new["metrics"]
-    for metric in list(old_metrics) + [m for m in new_metrics if m not in old_metrics]:
-      if metric not in old_metrics or metric not in new_metrics:
-        side = "before" if metric not in old_metrics else "after"
-        rows.append(Row(key, metric, old_metrics.get(metric), new_metrics.get(metric), math.inf,
-                        f"missing {side}"))
-        continue
-      rows.append(Row(key, metric, old_metrics[metric], new_metrics[metric],
-                      relative_difference(old_metrics[metric], new_metrics[metric])))
-    old_flags, new_flags = old.get("flags", {}), new.get("flags", {})
-    for name in list(old_flags) + [n for n in new_flags if n not in old_flags]:
-      if old_flags.get(name, "(absent)") != new_flags.get(name, "(absent)"):
-        setting_notes.append(f"{key}: --{name} {old_flags.get(name, '(absent)')!r} -> "
-                             f"{new_flags.get(name, '(absent)')!r}")
-  return rows, setting_notes
-
-
-def _shown(value: Any) -> str:
-  if value is None:
-    return "-"
-  if isinstance(value, list):
-    return f"{len(value)} values, last {_shown(value[-1]) if value else '-'}"
-  return repr(value)
-
-
-def comparison_table(before: Mapping, after: Mapping, tolerance: float) -> tuple[str, list[Row]]:
-  """The Markdown comparison and the rows beyond `tolerance` (every row missing a side)."""
-  rows, setting_notes = compare(before, after)
-  failing = [row for row in rows if row.difference > tolerance]
-  identical = sum(row.difference == 0 for row in rows)
-  lines = [f"Before: {before.get('git_commit')} ({before.get('date')}); after: "
-           f"{after.get('git_commit')} ({after.get('date')})", "",
-           f"{len(rows)} metrics of {len({row.run for row in rows})} runs: {identical} identical, "
-           f"{len(failing)} beyond the tolerance {tolerance:g}", "",
-           "| run | metric | before | after | relative difference |", "|---|---|---|---|---|"]
-  for row in rows:
-    difference = ("identical" if row.difference == 0 else row.note or f"{row.difference:.3g}")
-    lines.append(f"| {row.run} | {row.metric} | {_shown(row.before)} | {_shown(row.after)} | "
-                 f"{difference} |")
-  if setting_notes:
-    lines += ["", "Recorded settings that differ (not failing):", ""]
-    lines += [f"- {note}" for note in setting_notes]
-  return "\n".join(lines) + "\n", failing
-
-
-def _load(path: str) -> dict:
-  try:
-    with open(path) as handle:
-      payload = json.load(handle)
-  except (OSError, ValueError) as error:
-    raise RuntimeError(f"cannot read the fingerprint {path}: {error}") from None
-  if not isinstance(payload, dict) or not isinstance(payload.get("runs"), dict):
-    raise RuntimeError(f"{path} is not a fingerprint (no 'runs'); allowed: a file written by "
-                       "--output")
-  return payload
-
-
 def _groups(value: str) -> list[str]:
   groups = [name for name in value.split(",") if name] if value else list(GROUPS)
   unknown = [name for name in groups if name not in GROUPS]
@@ -399,7 +197,8 @@ def main(argv):
     cli.require(len(paths) == 2 and all(paths),
                 f"--compare={options.compare!r}; allowed: BEFORE.json,AFTER.json")
     cli.require(options.tolerance >= 0, f"--tolerance={options.tolerance} must be >= 0")
-    text, failing = comparison_table(_load(paths[0]), _load(paths[1]), options.tolerance)
+    text, failing = comparison_table(load_fingerprint(paths[0]), load_fingerprint(paths[1]),
+                                     options.tolerance)
     print(text)
     if failing:
       names = ", ".join(f"{row.run} {row.metric}" for row in failing[:5])

@@ -216,7 +216,8 @@ class _MNFParameters:
 
 
 def _flow(steps, z):
-  """A masked RealNVP flow (methods.trainers.mnf.MaskedCouplingFlow's map): (f(z), log |det|)."""
+  """A masked RealNVP flow (methods.trainers.coupling_flow.MaskedCouplingFlow's map): (f(z),
+  log |det|)."""
   log_det = tf.zeros(tf.shape(z)[:-1])
   for mask, (hidden, hidden_bias, to_mean, mean_bias, to_gate, gate_bias) in steps:
     features = tf.tanh((mask * z) @ hidden + hidden_bias)
@@ -329,7 +330,8 @@ def bandit_workload(model, inputs, labels) -> Workload:
   network per member with N(0, 1) priors and local reparameterisation, member m on its own history
   (inputs [M, N, F + 1]: the context, then the action 0/1; labels [M, N, 1]: the rewards), one
   predicted reward per action of which the row's action is scored under a Gaussian of the model's
-  fixed noise scale; from the initial posterior of `model` (a `bandits.agents.RewardModel`)."""
+  fixed noise scale; from the initial posterior of `model` (a
+  `bandits.reward_model.RewardModel`)."""
   dense = model.network_layers
   parameters = [(layer.kernel, layer.bias) for layer in dense]
   loc_sources = [p.posterior_loc for pair in parameters for p in pair]

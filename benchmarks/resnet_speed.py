@@ -48,7 +48,7 @@ VI_STEPS, REFINE_STEPS, EQUAL_COMPUTE_STEPS, SEEDS = 39_063, 10 * 200, 10 * 10 *
 
 
 def _model_and_variables(name: str, images):
-  from auxiliary_sampling.refine import refinement_variables
+  from auxiliary_sampling.trained_state import refinement_variables
   from resnet.networks import ResNet20
   batchnorm = name.endswith("_bn")
   if name.startswith("vi_"):

@@ -2,7 +2,7 @@
 
 Each field is declared with `setting(...)`, which carries its help text, its
 allowed values (choices or bounds) and which trained state it shapes. From
-that one declaration `runner.cli` generates the absl flag (enum flags for
+that one declaration `runner.config_flags` generates the absl flag (enum flags for
 choices, list flags for tuples), `Config.validate()` checks a value, and
 `Config.differences()` tells a rerun whether recorded state was made with
 the same settings. This module does not import TensorFlow, so bad flags are
@@ -48,9 +48,9 @@ def setting(default: Any, help: str, *, choices: Optional[Sequence[Any]] = None,
   with (by default the default; give it when a default changes, so that such a
   run is not taken for one made with the new default); `only_with`: the boolean setting
   without which this one does nothing (turning it on explicitly without that one is a usage
-  error, `cli.config_from_flags`); `only_when=(name, value)`: the setting does nothing unless
-  setting `name` has `value`, or one of them if `value` is a tuple (so a table's commands leave
-  it out otherwise, and a record of it there is no mismatch); `round_off=True`:
+  error, `runner.config_flags.config_from_flags`); `only_when=(name, value)`: the setting does
+  nothing unless setting `name` has `value`, or one of them if `value` is a tuple (so a table's
+  commands leave it out otherwise, and a record of it there is no mismatch); `round_off=True`:
   a setting that shapes nothing (no rerun is refused over it) but changes a run's numbers by
   floating-point round-off, as compiling a loop with XLA does, so a command that remakes a run
   bit for bit must carry its recorded value (`Config.remake_settings`).

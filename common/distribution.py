@@ -30,16 +30,15 @@ refused before it loads.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from typing import Any, ClassVar, Optional
 
 from auxiliary_sampling.loop_settings import LoopSettings
+from common.cluster import cluster_of_workers
 from common.config import ALL, NOTHING, Config, UsageError, setting
 
 TEST_CPU_DEVICES_VARIABLE = "REFINED_VI_TEST_CPU_DEVICES"
-CLUSTER_VARIABLE = "TF_CONFIG"
 
 
 @dataclasses.dataclass
@@ -140,60 +139,6 @@ class DeviceConfig(Config):
     return "--use_gpu" if self.use_gpu else "no --use_gpu or --tpu: one device"
 
 
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-  """The processes of a --multi_worker run and this one's place among them ($TF_CONFIG)."""
-  chief: Optional[str]      # "host:port" of the chief, if the cluster names one
-  workers: tuple[str, ...]  # "host:port" of every other process that trains
-  task_type: str            # "chief" or "worker"
-  task_index: int
-
-  @property
-  def size(self) -> int:
-    return len(self.workers) + (self.chief is not None)
-
-
-def cluster_of_workers() -> Cluster:
-  """$TF_CONFIG as a Cluster; UsageError (one line) if it is missing or malformed.
-
-  The format is TensorFlow's: {"cluster": {"worker": ["host:port", ...], "chief": ["host:port"]},
-  "task": {"type": "worker", "index": 0}} (a "chief" job is optional).
-  """
-  text = os.environ.get(CLUSTER_VARIABLE, "")
-  allowed = ('allowed: JSON like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": '
-             '"worker", "index": 0}}')
-  if not text.strip():
-    raise UsageError(f"--multi_worker needs ${CLUSTER_VARIABLE} naming the workers; {allowed}")
-  try:
-    tf_config = json.loads(text)
-  except json.JSONDecodeError as error:
-    raise UsageError(f"${CLUSTER_VARIABLE} is not JSON ({error.msg}); {allowed}") from None
-  cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
-  task = tf_config.get("task") if isinstance(tf_config, dict) else None
-  if not isinstance(cluster, dict) or not isinstance(task, dict):
-    raise UsageError(f"${CLUSTER_VARIABLE}={text!r} lacks a \"cluster\" or \"task\" object; "
-                     f"{allowed}")
-  jobs = {}
-  for job in ("chief", "worker"):
-    addresses = cluster.get(job, [])
-    if not isinstance(addresses, list) or not all(
-        isinstance(a, str) and a.rpartition(":")[2].isdigit() for a in addresses):
-      raise UsageError(f"${CLUSTER_VARIABLE} cluster.{job}={addresses!r} is not a list of "
-                       f"\"host:port\" strings; {allowed}")
-    jobs[job] = addresses
-  others = sorted(set(cluster) - {"chief", "worker"})
-  if others or not jobs["worker"] or len(jobs["chief"]) > 1:
-    raise UsageError(f"${CLUSTER_VARIABLE} cluster={cluster!r} must list workers (and at most "
-                     f"one chief), nothing else (found {others or 'no workers'}); {allowed}")
-  task_type, task_index = task.get("type"), task.get("index")
-  if task_type not in ("chief", "worker") or not isinstance(task_index, int) or not (
-      0 <= task_index < len(jobs[task_type] if task_type in jobs else [])):
-    raise UsageError(f"${CLUSTER_VARIABLE} task={task!r} is not one of the cluster's tasks; "
-                     f"allowed: type chief or worker, index 0 to its job's size - 1")
-  return Cluster(jobs["chief"][0] if jobs["chief"] else None, tuple(jobs["worker"]), task_type,
-                 task_index)
-
-
 def writes_run_files() -> bool:
   """Whether this process writes the run's files (results, summaries, checkpoints, figures):
   always, unless it is a --multi_worker run's non-chief worker (under the strategy's scope),
@@ -279,7 +224,8 @@ _multi_worker_strategies: list[Any] = []
 def multi_worker_strategy() -> Any:
   """The process's MultiWorkerMirroredStrategy over the workers $TF_CONFIG names, made on the first
   call, which must come before TensorFlow initialises its devices (it configures the collective
-  ops then): `runner.cli.quiet_tensorflow_startup(multi_worker=True)` makes it."""
+  ops then): `runner.tensorflow_startup.quiet_tensorflow_startup(multi_worker=True)`
+  makes it."""
   if not _multi_worker_strategies:
     import tensorflow as tf
     cluster_of_workers()

@@ -178,7 +178,7 @@ def main(argv):
   del argv
   from absl import flags  # pylint: disable=import-outside-toplevel
   from runner.cli import UsageError  # pylint: disable=import-outside-toplevel
-  from runner.cli import prepare_output_dir  # pylint: disable=import-outside-toplevel
+  from runner.output_directory import prepare_output_dir  # pylint: disable=import-outside-toplevel
   options = flags.FLAGS
   missing = [run_dir for run_dir in options.run_dirs if not os.path.isdir(run_dir)]
   if missing:

@@ -12,7 +12,8 @@ from typing import Optional
 
 from report import results_loader
 from report.image_table import DATASETS as IMAGE_DATASETS
-from report.paper_comparison import minus_sign, readme_link
+from report.paper_differences import readme_link
+from report.table_text import minus_sign
 
 
 def _number(value: float, spec: str = ".3f") -> str:

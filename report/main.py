@@ -20,7 +20,8 @@ from typing import Optional
 from common.config import UsageError
 from common.results import atomic_output
 from report import (appendix, figures, image_related_table, image_table, misso_figure,
-                    paper_comparison, resnet_table, results_loader, uci_related_table, uci_table)
+                    paper_comparison, resnet_table, results_loader, table_text, uci_related_table,
+                    uci_table)
 
 # The paper's tables, in order: each module declares its `PAPER_TABLE` (which table, the folder of
 # runs or the evidence folders it reports).
@@ -138,7 +139,7 @@ def build_report(results_dir: str, output_dir: str, paper_dir: Optional[str] = N
       files[table.spec.latex_name] = table.latex
       latex_names.append(table.spec.latex_name)
   present = {table.spec.number for table in tables}
-  distance = "" if smoke else DISTANCE.format(beyond=paper_comparison.BEYOND_SIGMA)
+  distance = "" if smoke else DISTANCE.format(beyond=table_text.BEYOND_SIGMA)
   intro = INTRO.format(num_runs=num_runs, results_dir=results_dir, distance=distance)
   if smoke:
     title, _, rest = intro.partition("\n\n")

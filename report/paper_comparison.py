@@ -5,7 +5,9 @@ std)". The numbers come from the benchmark's own table module (`report.uci_table
 `report.image_table`, `report.resnet_table`): its `PAPER_TABLE` (which paper table, the folder of
 runs it reports), its loader, its summary beside the paper's CSV, its columns and comparisons; the
 layout, the σ deviations and the checks from `report.tables` and `report.table_checks`. This
-module only formats them, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex).
+module lays them out, for Markdown (REPORT.md) and LaTeX (table1_uci.tex, table2_lenet5.tex): each
+cell's text from `report.table_text`, the "Where we differ and why" bullets from
+`report.paper_differences`.
 
 A table whose spec names evidence folders (`PaperTable.evidence`, Table 3) is laid out as a row
 group per folder, in the order named, each headed by its configuration and followed by what it
@@ -18,17 +20,14 @@ import functools
 import os
 import re
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import Optional
 
 import pandas as pd
 
 from report import results_loader, table_checks, tables
-
-BEYOND_SIGMA = 2.0   # a cell this many paper std from the paper's mean is listed under differences
-# What "Where we differ and why" says of a table of smoke runs, instead of their distances from the
-# paper (`./run_all.sh --scale=smoke`: tiny settings, which check that the code runs).
-SMOKE_DIFFERENCES = "  - Not set against the paper: these are smoke runs at tiny settings."
-REPOSITORY = results_loader.REPOSITORY
+from report.paper_differences import (SMOKE_DIFFERENCES, differences, paper_differences,
+                                      refined_checks)
+from report.table_text import sigma_cell, to_latex
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,156 +66,6 @@ class TableReport:
   differences: list[str]
   hours: float
   num_runs: int
-
-
-def minus_sign(text: str) -> str:
-  """Text with typographic minus signs (U+2212) for reading; the CSVs keep plain numbers."""
-  return text.replace("-", "−")
-
-
-def digits_of(mean: float, metric: str, paper: bool = False) -> int:
-  """Decimal places: accuracy (in %) 2, ELBOs 0 (whole nats), MLLs 3, or 4 when |MLL| < 0.1.
-
-  The paper's values keep the paper's own precision (3 places, accuracy 1 place in %).
-  """
-  if metric == "test_accuracy":
-    return 1 if paper else 2
-  if metric.startswith("elbo"):
-    return 0
-  return 3 if paper or abs(mean) >= 0.1 else 4
-
-
-def mean_std_text(mean, std, metric: str, paper: bool = False) -> str:
-  """"mean ± std" at the mean's precision (the std alone for one seed is missing: mean only)."""
-  scale, unit = (100, " %") if metric == "test_accuracy" else (1, "")
-  digits = digits_of(mean, metric, paper)
-  text = minus_sign(f"{scale * mean:,.{digits}f}")
-  if not tables.missing(std):
-    text += f" ± {scale * std:,.{digits}f}"
-  return text + unit
-
-
-def sigma_text(sigma: Optional[float]) -> str:
-  """"+0.8σ"; bold beyond BEYOND_SIGMA (to 2 places if 1 would show the limit); "" for None."""
-  if sigma is None:
-    return ""
-  beyond = table_checks.is_beyond(sigma, BEYOND_SIGMA)
-  digits = 2 if beyond and round(abs(sigma), 1) == BEYOND_SIGMA else 1
-  text = minus_sign(f"{sigma:+,.{digits}f}σ")
-  return f"**{text}**" if beyond else text
-
-
-def sigma_cell(row: pd.Series, metric: str, paper_stem: Optional[str],
-               with_sigma: bool = True) -> str:
-  """A paper-layout cell: ours, then (paper mean ± std, our distance from it in paper σ unless
-  not `with_sigma`)."""
-  ours = mean_std_text(row.get(f"{metric}_mean"), row.get(f"{metric}_std"), metric)
-  paper_mean = row.get(f"paper_{paper_stem}_mean") if paper_stem else None
-  if tables.missing(paper_mean):
-    return ours
-  paper_std = row.get(f"paper_{paper_stem}_std")
-  paper = mean_std_text(paper_mean, paper_std, metric, paper=True)
-  sigma = sigma_text(table_checks.paper_sigma(row.get(f"{metric}_mean"), paper_mean, paper_std)
-                     ) if with_sigma else ""
-  return f"{ours}<br>(paper {paper}{', ' + sigma if sigma else ''})"
-
-
-def to_latex(header: list[str], rows: list[list[str]], caption: str) -> str:
-  """A LaTeX table: each dataset is two rows, ours then the paper's (no package beyond LaTeX)."""
-  def latex(text: str) -> str:
-    text = text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%")
-    text = text.replace("−", "$-$").replace("±", "$\\pm$").replace("σ", "$\\sigma$")
-    return re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", text)
-  lines = ["\\begin{table}", "\\centering", "\\scriptsize",
-           "\\begin{tabular}{l" + "c" * (len(header) - 1) + "}", "\\hline",
-           " & ".join(latex(h) for h in header) + " \\\\", "\\hline"]
-  for cells in rows:
-    parts = [cell.split("<br>") for cell in cells]
-    lines.append(" & ".join(latex(p[0]) for p in parts) + " \\\\")
-    if any(len(p) > 1 for p in parts):
-      lines.append(" & ".join(latex(p[1]) if len(p) > 1 else "" for p in parts) + " \\\\[2pt]")
-  lines += ["\\hline", "\\end{tabular}", f"\\caption{{{latex(caption)}}}", "\\end{table}", ""]
-  return "\n".join(lines)
-
-
-def readme_link(readme: str, output_dir: str) -> str:
-  """A Markdown link to the README's first "## Results" section (GitHub's heading anchor)."""
-  path = os.path.join(REPOSITORY, readme)
-  anchor = ""
-  if os.path.exists(path):
-    with open(path) as stream:
-      heading = next((line for line in stream if line.startswith("## Results")), None)
-    if heading:
-      slug = re.sub(r"[^\w\- ]", "", heading[3:].strip().lower()).replace(" ", "-")
-      anchor = f"#{slug}"
-  return f"[{readme}, Results]({os.path.relpath(path, output_dir)}{anchor})"
-
-
-def _metric_name(method: str, metric: str) -> str:
-  return f"{tables.METHOD_TITLES[method]} {tables.METRIC_TITLES[metric]}"
-
-
-def differences(module: ModuleType, runs: pd.DataFrame, table: pd.DataFrame, output_dir: str,
-                datasets: list[str], smoke: bool = False) -> list[str]:
-  """The table's Markdown bullets for "Where we differ and why", computed from the runs.
-
-  Cells beyond BEYOND_SIGMA are listed per dataset in `datasets` order, in the table's column
-  order (none for `smoke` runs).
-  """
-  spec = module.PAPER_TABLE
-  lines = [f"- **Table {spec.number}** ({spec.title}):"]
-  lines += refined_checks(runs, table, module.HIGHER_IS_BETTER)
-  if smoke:
-    return lines + [SMOKE_DIFFERENCES]
-  return lines + paper_differences(module, table, output_dir, datasets)
-
-
-def refined_checks(runs: pd.DataFrame, table: pd.DataFrame, higher_is_better: Sequence[str],
-                   indent: str = "  ", rows: str = "datasets") -> list[str]:
-  """Bullets: ELBO_aux ≥ ELBO per refined run; refined VI's mean ≥ VI's, per metric and row."""
-  lines = []
-  refined = table_checks.elbo_aux_holds(runs)
-  if len(refined):
-    failed = ", ".join(f"{r['dataset']} seed {r['seed']}" for _, r in refined[~refined["holds"]]
-                       .iterrows())
-    lines.append(f"{indent}- ELBO_aux ≥ ELBO in {int(refined['holds'].sum())} of {len(refined)} "
-                 "refined VI runs" + (f" (not: {failed})." if failed else "."))
-  for metric in higher_is_better:
-    better, compared = table_checks.refined_vs_vi(table, metric)
-    if not compared:
-      continue
-    worse = sorted(set(compared) - set(better))
-    name = tables.METRIC_TITLES[metric]
-    lines.append(f"{indent}- Refined VI's mean {name} ≥ VI's on {len(better)} of {len(compared)} "
-                 f"{rows}" + (f" (not: {', '.join(worse)})." if worse else "."))
-  return lines
-
-
-def paper_differences(module: ModuleType, table: pd.DataFrame, output_dir: str,
-                      datasets: list[str]) -> list[str]:
-  """Bullets: the cells beyond BEYOND_SIGMA paper σ per dataset, then the README on why."""
-  lines = []
-  deviations = table_checks.paper_deviations(table, module.COMPARISONS)
-  known = deviations.dropna(subset=["sigma"])
-  column_order = {(method, metric): i for i, (method, metric, _) in enumerate(module.COLUMNS)}
-  if not len(known):
-    lines.append("  - No cell has a paper value with a std to measure it against.")
-  else:
-    beyond = known[[table_checks.is_beyond(s, BEYOND_SIGMA) for s in known["sigma"]]].assign(
-        dataset_rank=lambda f: f["dataset"].map(datasets.index),
-        column_rank=lambda f: [column_order.get(key, len(column_order))
-                               for key in zip(f["method"], f["metric"])])
-    beyond = beyond.sort_values(["dataset_rank", "column_rank"])
-    lines.append(f"  - Beyond {BEYOND_SIGMA:g} paper σ: {len(beyond)} of {len(known)} cells"
-                 + (":" if len(beyond) else "."))
-    for dataset, part in beyond.groupby("dataset", sort=False):
-      cells = ", ".join(f"{_metric_name(r['method'], r['metric'])} {sigma_text(r['sigma'])}"
-                        for _, r in part.iterrows())
-      lines.append(f"    - {dataset}: {cells}")
-  if len(deviations) > len(known):
-    lines.append(f"  - {len(deviations) - len(known)} cells have a paper std of 0 and no σ.")
-  lines.append(f"  - Why: {readme_link(module.PAPER_TABLE.readme, output_dir)}.")
-  return lines
 
 
 def machine_time_text(seconds: float, num_runs: int) -> str:

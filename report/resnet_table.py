@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from report import paper_comparison, results_loader, table_checks, tables
+from report import results_loader, table_checks, table_text, tables
 from report.paper_comparison import EvidenceGroup, PaperTable
 
 VARIANTS = ("hybrid_bn", "hybrid", "full_bn", "full")
@@ -153,7 +153,7 @@ def _values_text(runs: pd.DataFrame, column: str, form) -> str:
 
 
 def _number(value) -> str:
-  return paper_comparison.minus_sign(f"{value:,.0f}" if float(value).is_integer() else f"{value:g}")
+  return table_text.minus_sign(f"{value:,.0f}" if float(value).is_integer() else f"{value:g}")
 
 
 def configuration(runs: pd.DataFrame) -> list[str]:

@@ -25,7 +25,7 @@ import pandas as pd
 from absl import flags
 
 from runner import cli
-from report import related_table, results_loader, tables, uci_table
+from report import related_table, remake_commands, results_loader, tables, uci_table
 from uci.config import UciConfig
 
 METHODS = ("vi", "vi_equal_compute", "refined_vi", "vogn", "refined_vogn", "vogn_gauss_newton",
@@ -135,7 +135,7 @@ def fpovi_table8_text(runs_dir: str,
       paper_nll = paper_rmse = gap_text = "–"
     lines.append(f"| {dataset} | {related_table.METHOD_TITLES.get(method, method)} | {count} | "
                  f"{ours(nll)} | {paper_nll} | {ours(rmse)} | {paper_rmse} | {gap_text} |")
-  lines += related_table.commands_section(runs, UciConfig, table_command)
+  lines += remake_commands.commands_section(runs, UciConfig, table_command)
   return "\n".join(lines) + "\n"
 
 

@@ -8,11 +8,12 @@ prints one line and exits 0 if the output directory's results.json was made with
 not (no results.json yet, or one made with other settings: the line names the differing flags
 and their recorded values), 2 for a command the binary would refuse. Nothing runs.
 
-The flags are read as the binary reads them (`cli.define_flags` of the settings class the binary
-module names as `CONFIG_CLASS`, then `Config.validate`), and the record is compared by
-`cli.recorded_differences`, the comparison a rerun of the binary makes: a flag stored in
-results.json counts, the existence of the file alone does not. `common/run_table.sh
---print_commands` and `./run_all.sh --dry_run` decide with `RunSettings` in one process.
+The flags are read as the binary reads them (`runner.config_flags.define_flags` of the settings
+class the binary module names as `CONFIG_CLASS`, then `Config.validate`), and the record is
+compared by `runner.output_directory.recorded_differences`, the comparison a rerun of the binary
+makes: a flag stored in results.json counts, the existence of the file alone does not.
+`common/run_table.sh --print_commands` and `./run_all.sh --dry_run` decide with `RunSettings` in
+one process.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from absl import flags
 from common.config import Config, UsageError, describe_differences
 from common.results import RESULTS_FILENAME
 from runner import cli
+from runner.config_flags import config_from_flags, define_flags
+from runner.output_directory import recorded_differences
+from runner.tensorflow_startup import stderr_silenced
 
 NOT_MADE_STATUS = 3
 
@@ -54,7 +58,7 @@ def config_class_of(binary: str) -> type:
 
   Binaries import TensorFlow only once their flags are checked, except the toy ones."""
   try:
-    with cli.stderr_silenced():   # the toy binaries' TensorFlow start-up noise
+    with stderr_silenced():   # the toy binaries' TensorFlow start-up noise
       module = importlib.import_module(binary)
   except ImportError:
     raise UsageError(f"binary {binary!r} is not a module of this repository; allowed: uci.main, "
@@ -74,7 +78,7 @@ class RunSettings:
     self.binary = binary
     self.config_class = config_class_of(binary)
     self._flag_values = flags.FlagValues()
-    cli.define_flags(self.config_class, self._flag_values)
+    define_flags(self.config_class, self._flag_values)
 
   def parse(self, arguments: Sequence[str]) -> tuple[Config, str]:
     """(the checked settings, --output_dir) of the binary's flags `arguments`; UsageError for a
@@ -84,7 +88,7 @@ class RunSettings:
       self._flag_values([self.binary, *arguments])
     except flags.Error as error:
       raise UsageError(str(error)) from None
-    config = cli.config_from_flags(self.config_class, self._flag_values)
+    config = config_from_flags(self.config_class, self._flag_values)
     config.validate()
     output_dir = self._flag_values["output_dir"].value
     cli.require(bool(output_dir), "--output_dir is required")
@@ -93,7 +97,7 @@ class RunSettings:
   def state(self, arguments: Sequence[str]) -> RunState:
     """Whether the run `arguments` describe is already made with these settings."""
     config, output_dir = self.parse(arguments)
-    found = cli.recorded_differences(config, output_dir)
+    found = recorded_differences(config, output_dir)
     if found is None:
       return RunState(output_dir, made=False)
     differing, recorded = found

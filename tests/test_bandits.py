@@ -16,11 +16,12 @@ from auxiliary_sampling.training_batches import GroupedBatches
 from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.refine import load_trained_state
+from auxiliary_sampling.trained_state import load_trained_state
 from bandits import main as bandit_main
 from bandits import figure as bandit_figure
 from bandits import mushroom, sample_quality
-from bandits.agents import make_agent, reward_model
+from bandits.agents import make_agent
+from bandits.reward_model import reward_model
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord, interact
 from methods.trainers.gaussian_head import gaussian_head_log_likelihood

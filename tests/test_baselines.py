@@ -15,6 +15,7 @@ from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.noise import box_muller_normal
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_loop import TrainingLoop
+from methods.trainers import coupling_flow
 from methods.trainers import deep_ensemble
 from methods.trainers import mnf
 from runner.config import MethodConfig
@@ -151,7 +152,7 @@ def test_a_non_finite_objective_stops_training_with_a_clear_error(tmp_path):
 
 
 def _flow(dimension=5, steps=2, hidden=7, seed=1):
-  flow = mnf.MaskedCouplingFlow(dimension, steps, hidden, np.random.default_rng(seed))
+  flow = coupling_flow.MaskedCouplingFlow(dimension, steps, hidden, np.random.default_rng(seed))
   for variable in flow.trainable_variables:   # nonzero biases so every term matters
     variable.assign(variable + 0.3 * tf.random.stateless_normal(variable.shape, [seed, 7]))
   return flow

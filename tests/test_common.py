@@ -224,7 +224,7 @@ def test_a_failed_run_removes_only_the_empty_folders_it_created(tmp_path, create
   folder that existed before, or one holding a file (a checkpoint of hours of training), stays,
   and the run's own error is what propagates. Catches a removal of a pre-existing folder or of
   files (`shutil.rmtree`)."""
-  from runner.cli import removed_if_failed_empty
+  from runner.output_directory import removed_if_failed_empty
   output = tmp_path / "run"
   (output / "checkpoints" / "vi").mkdir(parents=True)
   if leave_a_file:

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from runner.checkpoint_settings import SETTINGS_FILENAME, claim_checkpoint_dir
-from runner import cli
+from runner.output_directory import remove_stale_temporaries
+from runner import cli, config_flags
 from common.config import (NOTHING, RESULTS, Config, UsageError, absent_values,
                            describe_differences, differing_settings, recorded_config,
                            setting, with_default)
@@ -155,12 +156,12 @@ def test_every_binary_with_device_flags_runs_under_them():
 _PROBE = """
 import importlib, sys
 from absl import flags
-from runner import cli
+from runner import config_flags
 importlib.import_module({binary!r})
 config_class = getattr(importlib.import_module({config_module!r}), {config_class!r})
-cli.define_flags(config_class)
+config_flags.define_flags(config_class)
 flags.FLAGS([{binary!r}, "--output_dir=unused"])
-cli.config_from_flags(config_class).validate()
+config_flags.config_from_flags(config_class).validate()
 print("tensorflow" in sys.modules)
 """
 
@@ -240,7 +241,7 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
   for path in stale:
     path.write_text("half")
   (tmp_path / "results.json").write_text("{}")
-  assert sorted(cli.remove_stale_temporaries(str(tmp_path))) == sorted(str(path) for path in stale)
+  assert sorted(remove_stale_temporaries(str(tmp_path))) == sorted(str(path) for path in stale)
   assert sorted(os.listdir(tmp_path)) == ["checkpoints", "results.json"]
 
 
@@ -276,12 +277,12 @@ def test_flags_carry_declared_defaults_so_resolved_values_follow_the_method():
   (a bug this test was written after)."""
   from absl import flags
   values = flags.FlagValues()
-  cli.define_flags(ImageConfig, values)
+  config_flags.define_flags(ImageConfig, values)
   assert values["pixel_scaling"].default == "by_method"
   values(["image.main", "--method=deep_ensemble"])
-  assert cli.config_from_flags(ImageConfig, values).pixel_scaling == "unit_interval"
+  assert config_flags.config_from_flags(ImageConfig, values).pixel_scaling == "unit_interval"
   values(["image.main", "--method=vi", "--num_auxiliary=3"])
-  config = cli.config_from_flags(ImageConfig, values)
+  config = config_flags.config_from_flags(ImageConfig, values)
   assert config.pixel_scaling == "standardise" and config.num_auxiliary == 3
 
 

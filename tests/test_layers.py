@@ -9,8 +9,8 @@ import tensorflow_probability as tfp
 import tf_keras
 
 from auxiliary_sampling.layers import (Conv2DFlipout, DenseReparameterization, FlattenImage,
-                                       GaussianSample, LayerChain, grouped_conv_gradients_supported,
-                                       member_conv2d)
+                                       GaussianSample, LayerChain)
+from auxiliary_sampling.member_convolution import grouped_conv_gradients_supported, member_conv2d
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.weight_noise import weight_noise_scope
 from methods.trainers.vi import train_mean_field

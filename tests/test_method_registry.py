@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from runner.config import MethodConfig
-from runner import cli
+from runner import config_flags
 from common.config import Config, UsageError, recorded_config, setting
 from image.config import ImageConfig
 from methods import network_kinds, registry
@@ -30,7 +30,7 @@ ENVIRONMENT = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 def _method_fields(config_class: type) -> set[str]:
   """The fields of `config_class` that a method's settings class declares."""
   return {field.name for field in dataclasses.fields(config_class)
-          if cli.declaring_module(config_class, field.name).startswith("methods.")}
+          if config_flags.declaring_module(config_class, field.name).startswith("methods.")}
 
 
 def test_every_method_is_registered_once_with_its_settings_and_needs():

@@ -1,5 +1,6 @@
-"""benchmarks.numerics_fingerprint: its comparison passes only identical fingerprints, naming the
-run and metric that differ, and its runs record every number of their results.json."""
+"""benchmarks.numerics_fingerprint: its comparison (benchmarks.fingerprint_comparison) passes only
+identical fingerprints, naming the run and metric that differ, and its runs
+(benchmarks.fingerprint_runs) record every number of their results.json."""
 import copy
 import dataclasses
 import json
@@ -10,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks import fingerprint_runs
 from benchmarks import numerics_fingerprint as fingerprint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,8 +152,8 @@ def test_a_run_keeps_its_numbers_apart_from_its_measurements_and_paths(tmp_path)
   """A stand-in binary (a module of --repo): the peak memory is a measurement, not a metric;
   recorded paths name the work directory by its placeholder; the thread settings reach it."""
   (tmp_path / "fake_binary.py").write_text(FAKE_BINARY)
-  run = fingerprint.Run("group/data/method/seed_0", "fake_binary",
-                        ("--output_dir=$WORK_DIR/group/data/method/seed_0",))
+  run = fingerprint_runs.Run("group/data/method/seed_0", "fake_binary",
+                             ("--output_dir=$WORK_DIR/group/data/method/seed_0",))
   entry = fingerprint.run_one(run, str(tmp_path), str(tmp_path / "work"), str(tmp_path))
   assert entry["metrics"] == {"test_mll": -1.5}
   assert entry["measurements"] == {"peak_memory_mb": 321.0}
@@ -165,12 +167,12 @@ def test_a_run_keeps_its_numbers_apart_from_its_measurements_and_paths(tmp_path)
 
 
 def test_every_group_runs_each_binary_with_one_thread_and_distinct_outputs():
-  runs = [run for group in fingerprint.runs_of(list(fingerprint.GROUPS)).values()
+  runs = [run for group in fingerprint_runs.runs_of(list(fingerprint_runs.GROUPS)).values()
           for run in group]
   assert len({run.key for run in runs}) == len(runs)
   assert len({run.output_dir for run in runs}) == len(runs)
   uci_methods = [run.key.split("/")[2] for run in runs if run.key.startswith("uci/")]
-  assert uci_methods == list(fingerprint.UCI_METHODS)
+  assert uci_methods == list(fingerprint_runs.UCI_METHODS)
   for run in runs:
     assert f"--output_dir={run.output_dir}" in run.arguments
     if not run.binary.startswith("toy."):
@@ -181,7 +183,8 @@ def test_a_real_run_records_every_number_of_its_results(tmp_path):
   """The cheapest run of the list (toy.multimodal at smoke settings), end to end: its command,
   and every number of its results.json metrics. (Whether runs repeat bit for bit is the
   harness's self-check in results/ablations/redesign_equivalence/, too slow for a test.)"""
-  run = next(run for run in fingerprint.runs_of(["toy"])["toy"] if run.binary == "toy.multimodal")
+  run = next(run for run in fingerprint_runs.runs_of(["toy"])["toy"]
+             if run.binary == "toy.multimodal")
   entry = fingerprint.run_one(run, REPO, str(tmp_path), str(tmp_path))   # the toy reads no data
   assert "error" not in entry, entry
   recorded = json.loads((tmp_path / run.key / "results.json").read_text())

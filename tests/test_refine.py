@@ -10,8 +10,10 @@ from auxiliary_sampling.graph_loops import graph_function
 from auxiliary_sampling.layers import DenseReparameterization
 from auxiliary_sampling.loop_settings import LoopSettings
 from auxiliary_sampling.model_parameters import mean_field_parameters
-from auxiliary_sampling.refine import Refiner, load_trained_state, refine, stream_seeds
+from auxiliary_sampling.refine import Refiner, refine
 from auxiliary_sampling.schedule import AuxiliarySchedule
+from auxiliary_sampling.stream_seeding import stream_seeds
+from auxiliary_sampling.trained_state import load_trained_state
 from auxiliary_sampling.training_batches import UniformBatches
 from methods.trainers.background import BackgroundWork
 from methods.trainers.vi import train_mean_field

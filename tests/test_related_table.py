@@ -1,4 +1,5 @@
-"""report.related_table: the comparison of related methods with the VI family."""
+"""report.related_table: the comparison of related methods with the VI family; and
+report.remake_commands: the commands that remake its runs."""
 import json
 import math
 import os
@@ -8,7 +9,7 @@ import pandas as pd
 import pytest
 
 from common.config import recorded_config
-from report import related_table
+from report import related_table, remake_commands
 
 
 def _runs():
@@ -152,7 +153,7 @@ def test_commands_are_read_from_each_runs_recorded_settings(tmp_path):
   _write_uci_record(root / "uci" / "wine" / "wide" / "vi" / "seed_0", "vi", "wine", 0,
                     hidden_units=100)
   runs = uci_table.load_runs(str(root))
-  assert related_table.reproduction_commands(runs, UciConfig) == [
+  assert remake_commands.reproduction_commands(runs, UciConfig) == [
       f"- `common/run_table.sh --benchmark=uci --output_root={root} --datasets=\"boston_housing\" "
       "--seeds=\"0\" --methods=\"vogn\" -- --noise_chunk_steps=0 --nojit_compile` "
       "(code `0000000`, which had no --noise_chunk_steps, --jit_compile)",
@@ -195,9 +196,9 @@ def test_commands_come_in_the_order_their_code_was_written(tmp_path):
 
   def methods(commands):
     return [command.split('--methods="')[1].split('"')[0] for command in commands]
-  assert methods(related_table.reproduction_commands(runs, UciConfig, history)) == [
+  assert methods(remake_commands.reproduction_commands(runs, UciConfig, history)) == [
       "vogn", "refined_vogn", "vi"]
-  assert methods(related_table.reproduction_commands(runs, UciConfig, {})) == [
+  assert methods(remake_commands.reproduction_commands(runs, UciConfig, {})) == [
       "vi", "refined_vogn", "vogn"]
 
 
@@ -233,7 +234,7 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
   compiled its refinement, where UCI's default no longer does, so only its recorded value gives
   the same ELBO_aux to the last digit."""
   from absl import flags
-  from runner import cli
+  from runner import config_flags
   from uci.config import UciConfig
   root = tmp_path
   records = {
@@ -248,7 +249,7 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
     _write_uci_record(root / "uci" / "wine" / method / f"seed_{seed}", method, "wine", seed,
                       **changes)
   from report import uci_table
-  commands = related_table.reproduction_commands(uci_table.load_runs(str(root)), UciConfig)
+  commands = remake_commands.reproduction_commands(uci_table.load_runs(str(root)), UciConfig)
   assert len(commands) == len(records)
   assert [command for command in commands if '"refined_vi"' in command][0].endswith(
       '-- --jit_compile_refinement` (code `abc`, which had no --jit_compile_refinement)')
@@ -258,9 +259,9 @@ def test_each_command_remakes_its_runs_settings(tmp_path):
     shown = command.split("`")[1]
     extra = shown.split(" -- ")[1].split() if " -- " in shown else []
     flag_values = flags.FlagValues()
-    cli.define_flags(UciConfig, flag_values)
+    config_flags.define_flags(UciConfig, flag_values)
     flag_values(["uci.main", f"--method={method}", "--dataset=wine", f"--seed={seed}", *extra])
-    config = cli.config_from_flags(UciConfig, flag_values)
+    config = config_flags.config_from_flags(UciConfig, flag_values)
     record = json.loads((root / "uci" / "wine" / method / f"seed_{seed}" /
                          "results.json").read_text())
     config.validate()
@@ -280,7 +281,8 @@ def test_a_round_off_setting_is_shown_only_on_the_lines_of_methods_it_acts_on(tm
   for method in ("vi", "refined_vi", "deep_ensemble", "svgd"):
     _write_uci_record(tmp_path / "uci" / "wine" / method / "seed_0", method, "wine", 0,
                       jit_compile_refinement=None, jit_compile_ensemble=None)
-  commands = related_table.reproduction_commands(uci_table.load_runs(str(tmp_path)), UciConfig, {})
+  commands = remake_commands.reproduction_commands(uci_table.load_runs(str(tmp_path)), UciConfig,
+                                                   {})
   extra_of = {command.split('--methods="')[1].split('"')[0]:
               command.split("`")[1].partition(" -- ")[2] for command in commands}
   assert extra_of == {"deep_ensemble": "--jit_compile_ensemble",
@@ -296,14 +298,14 @@ def test_the_commands_name_the_commits_a_shallow_clone_lacks_by_where_runs_start
   from report import uci_table
   from uci.config import UciConfig
   history = {"a" * 40: 0, "b" * 40: 1}
-  monkeypatch.setattr(related_table, "git_history_positions", lambda: history)
+  monkeypatch.setattr(remake_commands, "git_history_positions", lambda: history)
   for method, start, end in (("vi", "c" * 40, "a" * 40), ("vogn", "b" * 40, "d" * 40)):
     _write_uci_record(tmp_path / "uci" / "wine" / method / "seed_0", method, "wine", 0,
                       commit=end)
     record = tmp_path / "uci" / "wine" / method / "seed_0" / "results.json"
     record.write_text(json.dumps({**json.loads(record.read_text()),
                                   "git_commit_at_start": start}))
-  section = "\n".join(related_table.commands_section(
+  section = "\n".join(remake_commands.commands_section(
       uci_table.load_runs(str(tmp_path)), UciConfig, "python -m report.uci_related_table"))
   assert "does not hold ccccccc, where runs started" in section
   assert "ddddddd" not in section.split("## Commands")[1].split("\n- ")[0]

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from auxiliary_sampling import layers
+from auxiliary_sampling import member_convolution
 from resnet import main as resnet_main
 from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
 
@@ -75,7 +75,7 @@ def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_
   AVX2-only AMD EPYC) and ran where it is on. Pretending every machine is such
   a CPU exercises that path here too.
   """
-  monkeypatch.setattr(layers, "grouped_conv_gradients_supported", lambda: False)
+  monkeypatch.setattr(member_convolution, "grouped_conv_gradients_supported", lambda: False)
   settings = {**tiny, "num_train_examples": 64, "num_test_examples": 32, "num_auxiliary": 1,
               "steps_per_auxiliary": 1, "stage_elbo_aux": False}
   metrics = resnet_main.train_and_evaluate(ResNetConfig(method=method, **settings), str(tmp_path))

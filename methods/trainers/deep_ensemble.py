@@ -19,8 +19,8 @@ import tf_keras
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import no_autograph
-from auxiliary_sampling.layers import conv_arguments, member_conv2d
 from auxiliary_sampling.loop_settings import LoopSettings
+from auxiliary_sampling.member_convolution import conv_arguments, member_conv2d
 from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
