@@ -367,7 +367,8 @@ class TrainingLoop(tf.Module):
     sized from the pace of the one before to end about `progress_seconds` after the previous
     report, and `progress(steps done, trace so far)` is called whenever that much wall time has
     passed (not after the last call: the caller reports its own end). The calls draw the same
-    numbers in the same order as one call, so the result is the same bit for bit (tested).
+    numbers in the same order as one call, so the result is the same bit for bit (tested). The
+    workers of a multi-worker strategy all make the first replica's calls.
     """
     if reset_optimizer:
       self.update.reset()
@@ -386,7 +387,7 @@ class TrainingLoop(tf.Module):
       due = reported + progress_seconds - time.perf_counter()
       length = unit if self._seconds_per_step is None else max(
           unit, int(due / max(self._seconds_per_step, 1e-9)) // unit * unit)
-      length = min(length, num_steps - done)
+      length = self._agreed_piece_length(min(length, num_steps - done))
       started = time.perf_counter()
       trace, kl_trace = self.run(tf.constant(length, tf.int32), learning_rate_tensor, elbo_offset)
       traces.append(trace.numpy())
@@ -401,6 +402,27 @@ class TrainingLoop(tf.Module):
         reported = now
     trace, kl_trace = np.concatenate(traces), np.concatenate(kl_traces)
     return (trace, kl_trace) if return_kl else trace
+
+  def _agreed_piece_length(self, length: int) -> int:
+    """The first replica's `length` on every worker of a multi-worker strategy (else `length`).
+
+    Each worker sizes its pieces from its own clock, but the workers' collective ops pair up only
+    if every worker makes the same calls: pieces of different lengths deadlock them (LeNet-5's
+    two workers hung at their first progress report)."""
+    if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      return length
+    return int(self._first_replicas(tf.constant(length, tf.int64)).numpy())
+
+  @graph_function
+  def _first_replicas(self, value: tf.Tensor) -> tf.Tensor:
+    """The first replica's `value` (an int64 scalar), on every replica."""
+    def replica_value(value):
+      context = tf.distribute.get_replica_context()
+      first = tf.equal(context.replica_id_in_sync_group, 0)
+      return context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                tf.where(first, value, tf.zeros_like(value)))
+    return self.strategy.experimental_local_results(
+        self.strategy.run(replica_value, args=(value,)))[0]
 
   @staticmethod
   def _check_finite(trace: np.ndarray, first_step: int, num_steps: int,
