@@ -144,8 +144,9 @@ def machine_time(runs: pd.DataFrame) -> tuple[float, int]:
   for index, run in runs.iterrows():
     resumed = run.get(f"{run['method']}_resumed_from_step")
     if resumed is not None and not pd.isna(resumed) and resumed > 0:
-      earlier_included = run.get("train_seconds", 0.0) + run.get("evaluate_seconds", 0.0)
-      seconds[index] = max(seconds[index], 0.0 if pd.isna(earlier_included) else earlier_included)
+      parts = (run.get("train_seconds"), run.get("evaluate_seconds"))
+      seconds[index] = max(seconds[index], sum(0.0 if part is None or pd.isna(part) else part
+                                               for part in parts))
   return float(seconds.sum()), int(len(runs))
 
 
