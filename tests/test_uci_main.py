@@ -314,10 +314,15 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
 
   With --xla_cache_dir the compiled chunks are kept, and a rerun that loads them gets the same
   numbers: catches a cache that is never written (the flag set after TensorFlow read it) and one
-  that hands a run another computation's executable."""
+  that hands a run another computation's executable.
+
+  Each loop is one progress piece (VI's 50 steps are one chunk), so the rerun makes the same calls
+  whatever the machine's load: XLA's cache key holds TensorFlow's function names, which count
+  every operation run before, and VI cut into pieces by the clock (50 + 70 steps, or 50 + 50 +
+  20) renamed, and recompiled, refinement's chunk."""
   out, cache = tmp_path / "run", tmp_path / "xla_cache"
   flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
-           "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
+           "--hidden_units=8", "--vi_steps=50", "--num_samples=2", "--num_auxiliary=2",
            "--steps_per_auxiliary=30", "--elbo_num_samples=1",
            f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
   xla = ["--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50",
