@@ -23,6 +23,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from report.claims import Claim, claims_table, seed_difference, signed
+
 THOMPSON_LINES = ("refined_ts", "vi_ts")
 EPS_GREEDY_PREFIX = "eps_greedy"
 CHECK_INTERVAL = 1000
@@ -42,15 +44,6 @@ class PairedDifference:
   first_won: int          # seeds where `first` had the lower regret
 
 
-@dataclasses.dataclass(frozen=True)
-class Claim:
-  """One of the paper's claims: its statement, whether the runs bear it out, and the evidence."""
-
-  statement: str
-  holds: Optional[bool]   # None: the runs cannot tell (a line or the steps it needs are missing)
-  evidence: str
-
-
 def curves_by_line(records: Sequence) -> dict[str, dict[int, np.ndarray]]:
   """{line name: {seed: cumulative expected regret per step}} over `records` (RegretRecord)."""
   curves: dict[str, dict[int, np.ndarray]] = {}
@@ -65,15 +58,14 @@ def curves_by_line(records: Sequence) -> dict[str, dict[int, np.ndarray]]:
 def paired_difference(curves: dict[str, dict[int, np.ndarray]], first: str, second: str,
                       step: int) -> PairedDifference:
   """`first` − `second` at `step` (1-based) on the seeds both have; ValueError if none."""
-  seeds = tuple(sorted(set(curves[first]) & set(curves[second])))
-  if not seeds:
+  if not set(curves[first]) & set(curves[second]):
     raise ValueError(f"{first} and {second} share no seed; allowed: lines run on the same seeds")
-  differences = np.array([curves[first][seed][step - 1] - curves[second][seed][step - 1]
-                          for seed in seeds])
-  error = (float(differences.std(ddof=1) / np.sqrt(len(seeds))) if len(seeds) > 1
-           else float("nan"))
-  return PairedDifference(first, second, step, seeds, float(differences.mean()), error,
-                          int(np.sum(differences < 0)))
+  difference = seed_difference({seed: curve[step - 1] for seed, curve in curves[first].items()},
+                               {seed: curve[step - 1] for seed, curve in curves[second].items()})
+  lower = sum(curves[first][seed][step - 1] < curves[second][seed][step - 1]
+              for seed in difference.seeds)
+  return PairedDifference(first, second, step, difference.seeds, difference.mean,
+                          difference.standard_error, int(lower))
 
 
 def _mean_curve(curves: dict[str, dict[int, np.ndarray]], name: str,
@@ -97,8 +89,7 @@ def crossing_step(curves: dict[str, dict[int, np.ndarray]], thompson: str, greed
 def _difference_text(difference: PairedDifference) -> str:
   error = ("" if np.isnan(difference.standard_error)
            else f" ± {difference.standard_error:,.0f}")
-  mean = f"{difference.mean:+,.0f}".replace("-", "−")
-  return (f"{mean}{error} at {difference.step:,} "
+  return (f"{signed(difference.mean, ',.0f')}{error} at {difference.step:,} "
           f"({difference.first} won {difference.first_won} of {len(difference.seeds)})")
 
 
@@ -140,16 +131,6 @@ def claims(records: Sequence) -> list[Claim]:
   results.append(Claim(f"Thompson sampling overtakes {best} near step 3,000 (within 1,000)",
                        all(near), described))
   return results
-
-
-def claims_table(results: Sequence[Claim]) -> str:
-  """Markdown: one row per claim, whether it holds and the evidence."""
-  verdicts = {True: "holds", False: "does not hold", None: "cannot tell yet"}
-  rows = ["| the paper's claim | here | paired over seeds: mean ± standard error |",
-          "|---|---|---|"]
-  rows += [f"| {claim.statement} | {verdicts[claim.holds]} | {claim.evidence} |"
-           for claim in results]
-  return "\n".join(rows) + "\n"
 
 
 def main(argv):

@@ -25,6 +25,7 @@ from typing import Optional
 import pandas as pd
 
 from report import results_loader, table_checks, tables
+from report.claims import claims_table
 from report.paper_differences import (SMOKE_DIFFERENCES, differences, paper_differences,
                                       refined_checks)
 from report.table_text import sigma_cell, to_latex
@@ -46,7 +47,8 @@ class PaperTable:
   `benchmark` names the folder of its runs below the results directory (and their results.json
   "benchmark"). With `evidence`, the table shows those folders' runs only, a row group each, in
   that order; its module then also gives `runs_frame(loaded runs)` and
-  `configuration(runs) -> list of words`.
+  `configuration(runs) -> list of words`, and may give `claims(runs, paper_dir) -> list of
+  report.claims.Claim`, shown under each group.
   """
   number: int
   title: str
@@ -205,6 +207,9 @@ def grouped_table_report(module: ModuleType, results_dir: str, output_dir: str,
         "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
         *["| " + " | ".join(cells) + " |" for cells in part.rows], "",
         f"{seeds_text(part.rows)} Machine time: {machine_time_text(seconds, num_runs)}.", ""]
+    if hasattr(module, "claims") and not part.spec.rows_by_folder:
+      markdown += ["The paper's claims on this group, paired over seeds (MLL differences):", "",
+                   claims_table(module.claims(part.runs, paper_dir)).rstrip(), ""]
     if not smoke:   # the finding was written about the committed runs, not smoke runs
       markdown += ["What it shows: " + (part.spec.finding or "not written up yet; its checks are "
                                         "under \"Where we differ and why\"."), ""]

@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from report import results_loader, table_checks, table_text, tables
+from report import resnet_claims, results_loader, table_checks, table_text, tables
+from report.claims import Claim
 from report.paper_comparison import EvidenceGroup, PaperTable
 
 VARIANTS = ("hybrid_bn", "hybrid", "full_bn", "full")
@@ -194,6 +195,12 @@ def configuration(runs: pd.DataFrame) -> list[str]:
 def summary(runs: pd.DataFrame, paper_dir: Optional[str] = None) -> pd.DataFrame:
   """Mean, std and seed count per row and method, beside the paper's Table 3."""
   return tables.summary(runs, METRICS, PAPER_CSV, PAPER_RENAMES, paper_dir)
+
+
+def claims(runs: pd.DataFrame, paper_dir: Optional[str] = None) -> list[Claim]:
+  """The paper's Table 3 claims held to one row group's runs, paired over seeds."""
+  return resnet_claims.claims(runs, results_loader.load_paper_table(PAPER_CSV, paper_dir),
+                              PAPER_VARIANTS)
 
 
 def _mean(table: pd.DataFrame, dataset: str, method: str, metric: str):
