@@ -134,22 +134,49 @@ def figure4(results_dir: str, output_dir: str) -> str:
       "\nThe paper's Figure 4 is LeNet-5 on CIFAR-10; ours are the datasets above.\n")
 
 
-def _bandit_run_groups(results_dir: str) -> list[list[str]]:
-  """Folders of bandit runs that left regret records, grouped by the settings that shape their
-  results (an agent run seed by seed, other agents elsewhere: one group), paper scale first."""
+# Figure 5's named row groups, in this order: (folder below the results directory, read even
+# below ablations/; what the group is). Bandit runs anywhere else follow, grouped by settings.
+FIGURE5_EVIDENCE = (
+    (os.path.join("bandits", "mushroom"), "Figure 5 (the headline)"),
+    (os.path.join("bandits", "ablations", "learned_noise"),
+     "Ablation: the reward noise learned, as the first paper-scale runs did"),
+)
+
+
+def _bandit_run_groups(results_dir: str) -> list[tuple[Optional[str], list[str]]]:
+  """(label, folders) of bandit runs that left regret records, grouped by the settings that shape
+  their results (an agent run seed by seed, other agents elsewhere: one group): the groups of
+  FIGURE5_EVIDENCE's folders first, labelled, in its order; then the rest, unlabelled, paper
+  scale first."""
   from bandits import figure as bandit_figure  # pylint: disable=import-outside-toplevel
   from common.results import RESULTS_FILENAME  # pylint: disable=import-outside-toplevel
-  groups: dict[str, tuple[dict, list[str]]] = {}
-  for path in results_loader.find_files(results_dir, "regret_*.npz"):
+  named = [os.path.join(results_dir, folder) for folder, _ in FIGURE5_EVIDENCE]
+  paths = set(results_loader.find_files(results_dir, "regret_*.npz"))
+  for folder in named:
+    paths |= set(results_loader.find_files(folder, "regret_*.npz"))
+  groups: dict[tuple[int, str], tuple[dict, list[str]]] = {}
+  for path in sorted(paths):
     folder = os.path.dirname(path)
     if not os.path.exists(os.path.join(folder, RESULTS_FILENAME)):
       continue   # a run stopped between its agents: not finished, not counted
+    owners = [index for index, name in enumerate(named)
+              if os.path.commonpath([os.path.abspath(name), os.path.abspath(folder)])
+              == os.path.abspath(name)]
+    owner = max(owners, key=lambda index: len(named[index])) if owners else len(named)
     settings = bandit_figure.run_settings(folder)
-    _, folders = groups.setdefault(repr(sorted(settings.items())), (settings, []))
+    _, folders = groups.setdefault((owner, repr(sorted(settings.items()))), (settings, []))
     if folder not in folders:
       folders.append(folder)
-  return [folders for settings, folders in
-          sorted(groups.values(), key=lambda group: not _paper_scale(group[0]))]
+  ordered = sorted(groups.items(), key=lambda item: (item[0][0], not _paper_scale(item[1][0])))
+  return [(FIGURE5_EVIDENCE[owner][1] if owner < len(named) else None, folders)
+          for (owner, _), (_, folders) in ordered]
+
+
+def _noise_text(flags: dict) -> str:
+  """The reward-noise setting in words (runs made before --noise_scale learned theirs)."""
+  scale = flags.get("noise_scale", "learned")
+  return ("the reward noise scale learned" if scale in (None, "learned")
+          else f"the reward noise scale fixed at {scale}")
 
 
 def _paper_scale(flags: dict) -> bool:
@@ -189,7 +216,7 @@ def figure5(results_dir: str, output_dir: str) -> str:
   from report import bandit_claims, bandit_regret_sources  # pylint: disable=import-outside-toplevel
   title = "## Figure 5: Thompson sampling on the mushroom contextual bandit\n\n"
   parts = []
-  for number, folders in enumerate(_bandit_run_groups(results_dir), 1):
+  for number, (label, folders) in enumerate(_bandit_run_groups(results_dir), 1):
     flags = results_loader.load_runs(folders[0], "bandits")[0].payload["flags"]
     records = bandit_figure.records_in(folders)
     if len(folders) == 1:
@@ -202,14 +229,15 @@ def figure5(results_dir: str, output_dir: str) -> str:
     scale = ("the paper's settings" if _paper_scale(flags) else
              f"a reduced schedule ({flags['update_steps']} update and {flags['refine_steps']} "
              f"refinement steps per bandit step, {flags['horizon']:,} steps; the paper: 500, "
-             "500 and 5,000)")
+             "500 and 5,000)") + f", {_noise_text(flags)}"
     seconds = sum(run.payload.get("timings", {}).get("total_seconds", 0.0)
                   for folder in folders for run in results_loader.load_runs(folder, "bandits"))
     runs = ", ".join(f"`{os.path.relpath(folder, results_dir)}`" for folder in folders)
     sources = bandit_regret_sources.line_summary_table(
         bandit_regret_sources.regret_sources(records)).strip()
+    heading = f"**{number}. {label}.**\n\n" if label else ""
     parts.append(
-        f"{_image(path, output_dir, 'Figure 5') or ''}\n\n{table}\n\n"
+        f"{heading}{_image(path, output_dir, 'Figure 5') or ''}\n\n{table}\n\n"
         f"Cumulative expected regret, mean ± std over each line's seeds (the table's seeds "
         f"column), at {scale}; from {runs}. Final: {_regret_verdict(records)} Machine time "
         f"{seconds / 3600:.1f} h.\n\n"

@@ -128,7 +128,8 @@ def test_report_links_only_figures_that_exist_relative_to_the_report(results, tm
   assert "Not run yet." in figure3   # its results.json exists, its figures do not
 
 
-def _bandit_run(folder, final_regret, seeds, horizon=5000, update_steps=500, refine_steps=500):
+def _bandit_run(folder, final_regret, seeds, horizon=5000, update_steps=500, refine_steps=500,
+                noise_scale="learned"):
   """A bandit run's results.json and regret record whose final cumulative expected regret is
   `final_regret[agent]` (a multiple of 5) on every seed: an agent that never eats, passing an
   edible mushroom on each of its first final / 5 steps."""
@@ -136,7 +137,7 @@ def _bandit_run(folder, final_regret, seeds, horizon=5000, update_steps=500, ref
   from bandits.interaction import RegretRecord
   flags = {**BanditConfig().as_dict(), "seeds": seeds, "horizon": horizon,
            "update_steps": update_steps, "refine_steps": refine_steps,
-           "agents": list(final_regret)}
+           "agents": list(final_regret), "noise_scale": noise_scale}
   write_results(str(folder), benchmark="bandits", dataset="mushroom",
                 method=",".join(final_regret), flags=flags,
                 metrics={"cumulative_regret": final_regret}, timings={"total_seconds": 3600.0})
@@ -166,8 +167,12 @@ def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results,
   (bandit / "figure5_cumulative_regret.png").write_bytes(b"png")
   # The paper-scale Figure 5 made in parts: vi_ts over seeds 0-1, refined_ts seed by seed.
   paper_scale = results / "bandits" / "mushroom"
-  _bandit_run(paper_scale / "vi_ts", {"vi_ts": 9000.0}, seeds=[0, 1])
-  _bandit_run(paper_scale / "refined_ts" / "seed_1", {"refined_ts": 5000.0}, seeds=[1])
+  _bandit_run(paper_scale / "vi_ts", {"vi_ts": 9000.0}, seeds=[0, 1], noise_scale="0.5")
+  _bandit_run(paper_scale / "refined_ts" / "seed_1", {"refined_ts": 5000.0}, seeds=[1],
+              noise_scale="0.5")
+  # The learned-noise runs, an ablation the report names (read below ablations/).
+  _bandit_run(results / "bandits" / "ablations" / "learned_noise" / "vi_ts", {"vi_ts": 9500.0},
+              seeds=[0])
   # A run stopped between its agents (a record, no results.json) is not counted.
   _bandit_run(paper_scale / "stopped", {"eps_greedy": 1.0}, seeds=[1])
   os.remove(paper_scale / "stopped" / "results.json")
@@ -177,12 +182,20 @@ def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results,
   assert "| fashion_mnist hybrid_bn | " in table3 and "−0.480 | 83.00 %" in table3
   assert ("Not run yet: resnet, resnet_batchnorm, resnet_hybrid, resnet_hybrid_batchnorm."
           in table3)
+  assert ("| refined VI above VI in test MLL on every variant | does not hold | hybrid_bn: "
+          "−0.030, refined_vi higher on 0 of 1 seeds |") in table3
   figure5 = text.split("## Figure 5")[1].split("## Where we differ")[0]
-  paper_part, reduced_part = figure5.split("Machine time")[:2]
+  # The named groups first, in their order, then the unnamed reduced-scale run.
+  paper_part, rest = figure5.split("**2. Ablation: the reward noise learned")
+  ablation_part, reduced_part = rest.split("Machine time", 1)
+  assert "**1. Figure 5 (the headline).**" in paper_part
+  assert "at the paper's settings, the reward noise scale fixed at 0.5" in paper_part
+  assert "the reward noise scale learned" in ablation_part and "| vi_ts | 0 |" in ablation_part
   assert "![Figure 5](../results/bandits/reduced/figure5_cumulative_regret.png)" in reduced_part
   assert "| agent | seeds | 1,000 | 2,000 | 3,000 | realised, final |" in reduced_part
   assert "reduced schedule (50 update and 50 refinement steps per bandit step, 3,000 steps" in (
       reduced_part)
+  assert "**3." not in reduced_part   # only the named groups have headings
   assert "the paper's ordering does not show: vi_ts is lowest, refined_ts 4,740" in reduced_part
   # The parts are one figure, drawn into the report, compared on the seed both lines have.
   assert "![Figure 5](figure5_runs_1.png)" in paper_part
