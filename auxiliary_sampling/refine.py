@@ -41,8 +41,8 @@ from auxiliary_sampling.trained_state import load_trained_state, refinement_vari
 from auxiliary_sampling.training_batches import BatchSource, UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
-from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise
+from common.validation import check_integer
 
 ModelFn = Callable[[Optional[int]], tf.Module]
 
