@@ -31,8 +31,8 @@ from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import Penalty
 from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
-from common.distribution import loop_settings_of
 from methods import network_kinds
+from methods.loop_settings import loop_settings_of
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.
