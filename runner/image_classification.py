@@ -16,9 +16,9 @@ import numpy as np
 from auxiliary_sampling.predictive import categorical_log_likelihood
 from runner.image_config import ImageClassificationConfig
 from runner.dispatch import Networks, train_method, write_method_results
+from runner.image_augmentation import RandomImageTransform
 from runner.refinement_figures import write_refinement_trace
 from common import images
-from common.image_augmentation import RandomImageTransform
 from common.classification_metrics import (classification_metrics, member_metrics,
                                            predict_member_log_probabilities,
                                            predictive_log_probabilities)
