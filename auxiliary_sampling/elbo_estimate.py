@@ -9,8 +9,8 @@ import tensorflow as tf
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
 from auxiliary_sampling.model_parameters import model_kl
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
-from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import weight_noise_scope
+from common.validation import check_integer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,8 @@ from auxiliary_sampling.linear_calls import LinearCall, record
 from auxiliary_sampling.member_convolution import conv_arguments, member_conv2d, padding_argument
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.parameters import INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, GaussianMeanField
-from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import resolve_weight_noise
+from common.validation import check_integer
 
 
 def dimension(tensor: tf.Tensor, axis: int):

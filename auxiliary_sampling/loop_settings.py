@@ -10,7 +10,7 @@ transcendentals are slow on CPUs, so the noise must come from outside it
 (one counter per chunk instead of one per step), not their distribution; the
 XLA and the plain chunk see the same numbers and agree to round-off.
 
-Binaries build the settings from their flags (`common.distribution.loop_settings_of`) and pass
+Binaries build the settings from their flags (`methods.loop_settings.loop_settings_of`) and pass
 them to every trainer, which hands them to its `TrainingLoop`.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 def padding_argument(padding: str) -> str:

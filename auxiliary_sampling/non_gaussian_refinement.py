@@ -36,7 +36,7 @@ from auxiliary_sampling.stable_auxiliaries import (StableBlock, log_prob_np,
                                                    residual_tilted_gaussian, sample_auxiliary,
                                                    sample_auxiliary_tilted)
 from auxiliary_sampling.tilted import TiltedGaussian
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 # log p(y, a_1..k, r): fixed {block: [B, k, *event]} and residual {block: [B, *event]} -> [B].
 LogJointFn = Callable[[int, Mapping[str, tf.Tensor], Mapping[str, tf.Tensor]], tf.Tensor]

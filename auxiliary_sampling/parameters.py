@@ -18,7 +18,7 @@ import tf_keras
 
 from auxiliary_sampling import conditionals
 from auxiliary_sampling.noise import AddWeight, _default_add_weight
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 # The authors' code initialises the untransformed posterior scale at -7.
 INITIAL_UNTRANSFORMED_POSTERIOR_SCALE = -7.0

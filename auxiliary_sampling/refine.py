@@ -41,8 +41,8 @@ from auxiliary_sampling.trained_state import load_trained_state, refinement_vari
 from auxiliary_sampling.training_batches import BatchSource, UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
-from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.weight_noise import check_weight_noise
+from common.validation import check_integer
 
 ModelFn = Callable[[Optional[int]], tf.Module]
 
@@ -121,10 +121,11 @@ class Refiner(tf.Module):
     self.parameters = mean_field_parameters(self.members)
     self.auxiliary_noise = MemberNoise(self.num_samples, self.total_members, self.member_offset,
                                        name="auxiliary_noise")
-    kl_fn = None
     if penalty_fn is not None:
       def kl_fn():
         return model_kl(self.members) + penalty_fn(self.members)
+    else:
+      kl_fn = None
     self.loop = TrainingLoop(
         ElboObjective(self.members, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise),
         GradientUpdate(Adam(refinement_variables(self.members, refit_deterministic))),

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 LEARNING_RATE_RULES = ("paper", "authors_code")
 # The paper's refinement (Section 4.1): K = 5 auxiliary variables, each taking 0.7 of the

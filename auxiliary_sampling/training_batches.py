@@ -13,7 +13,7 @@ from typing import Optional, Protocol
 import tensorflow as tf
 
 from auxiliary_sampling.training_data import check_data
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 class BatchSource(Protocol):

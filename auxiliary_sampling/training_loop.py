@@ -37,7 +37,7 @@ from auxiliary_sampling.training_batches import BatchSource
 _TRANSFORM_STREAM = 1
 # Noise drawn ahead of a chunk of steps is held in memory: at most this many bytes of it.
 NOISE_CHUNK_BYTES = 128 * 2**20
-# (training inputs, stateless seed) -> transformed inputs (common.image_augmentation).
+# (training inputs, stateless seed) -> transformed inputs (runner.image_augmentation).
 InputTransform = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 # (steps done in this `maximize` call, the trace of those steps) -> None: a progress report.
 ProgressHook = Callable[[int, np.ndarray], None]

@@ -45,7 +45,7 @@ from auxiliary_sampling.weight_noise import weight_noise_scope
 from bandits.config import BanditConfig
 from bandits.mushroom import EAT, NUM_ACTIONS, PASS
 from bandits.reward_model import RewardModel, reward_model
-from common.distribution import loop_settings_of
+from methods.loop_settings import loop_settings_of
 from methods.trainers.gaussian_head import gaussian_head_log_likelihood
 from methods.trainers.particles import (FunctionSpaceSettings, ParticleNetwork,
                                         particle_batch_rows, particle_loop)

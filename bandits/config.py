@@ -6,8 +6,8 @@ import math
 import os
 from typing import Optional
 
-from common.config import (NOTHING, Config, UsageError, data_dir_setting, download_setting,
-                           setting, with_default)
+from common.config import (NOTHING, UsageError, data_dir_setting, download_setting, setting,
+                           with_default)
 from common.distribution import DeviceConfig
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")

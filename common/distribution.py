@@ -13,7 +13,8 @@ The flags are uncertainty-baselines', so our users' scripts carry over:
                    than the script says.
   --noise_chunk_steps, --jit_compile, --jit_compile_refinement, --jit_compile_ensemble:
                    how the training loops run on their device
-                   (`auxiliary_sampling.loop_settings`);
+                   (`methods.loop_settings.loop_settings_of` turns them into the
+                   library's `LoopSettings`);
                    --xla_cache_dir keeps the compiled loops for later runs.
 `--batch_size` stays the global batch; the `TrainingLoop` splits it evenly over
 the replicas, so results do not depend on the replica count beyond round-off.
@@ -34,7 +35,6 @@ import os
 import sys
 from typing import Any, ClassVar, Optional
 
-from auxiliary_sampling.loop_settings import LoopSettings
 from common.cluster import cluster_of_workers
 from common.config import ALL, NOTHING, Config, UsageError, setting
 
@@ -186,16 +186,6 @@ def check_compiled_loop(config: Config) -> None:
   if config.jit_compile and not config.noise_chunk_steps:
     raise UsageError("--jit_compile needs the noise drawn ahead of the compiled steps; allowed: "
                      "--noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile")
-
-
-def loop_settings_of(config: Config) -> LoopSettings:
-  """The training-loop settings of a config that declares --jit_compile and --noise_chunk_steps
-  (the defaults for one that does not): what a binary passes to its trainers."""
-  if not hasattr(config, "noise_chunk_steps"):
-    return LoopSettings()
-  return LoopSettings(jit_compile=config.jit_compile, noise_chunk_steps=config.noise_chunk_steps,
-                      compile_refinement=getattr(config, "jit_compile_refinement", True),
-                      compile_ensemble=getattr(config, "jit_compile_ensemble", True))
 
 
 def use_xla_cache(directory: str) -> None:

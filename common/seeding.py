@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 def seed_everything(seed: int) -> None:

@@ -5,8 +5,8 @@ import dataclasses
 import os
 
 from common.config import RESULTS, Config, setting
-from common.distribution import loop_settings_of
 from methods import network_kinds
+from methods.loop_settings import loop_settings_of
 from methods.registry import ENSEMBLE, Method, MethodRun, TrainingInputs
 
 

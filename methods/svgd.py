@@ -8,8 +8,8 @@ from typing import Optional
 
 from methods.trainers.trainer_options import PARTICLE_INITIALIZERS
 from common.config import Config, UsageError, setting
-from common.distribution import loop_settings_of
 from methods import network_kinds, registry
+from methods.loop_settings import loop_settings_of
 from methods.registry import PARTICLES, Method, MethodRun, TrainingInputs
 
 # The f-POVI paper's UCI protocol (Wang et al. 2019, Appendix B.2.1): batch 100 for 500 epochs,

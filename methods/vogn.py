@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from methods.trainers.vogn_settings import CURVATURES, PRIORS, VognSettings
-from common.config import Config, setting
+from common.config import setting
 from methods import network_kinds
 from methods.registry import VOGN, Method, MethodRun, TrainingInputs
 from methods.vi import MeanFieldConfig

@@ -166,9 +166,10 @@ def resnet20_networks(config: "ResNetConfig", num_classes: int) -> Networks:
   def ensemble(num_members):
     return ResNet20("none", config.batchnorm, num_members, num_classes, seed=config.seed)
 
-  penalty = None
   if config.l2 > 0:
     def penalty(model):
       return l2_penalty(model, config.l2)
+  else:
+    penalty = None
   return Networks(builders={network_kinds.MEAN_FIELD: mean_field, network_kinds.ENSEMBLE: ensemble},
                   penalty=penalty)

@@ -150,7 +150,8 @@ def runs_under_its_device_settings(train_and_evaluate: Callable[..., dict]
   """A binary's `train_and_evaluate(config, ...)` that runs under the strategy its hardware flags
   pick (--use_gpu, --tpu, --num_cores), whether `main` or a script calls it, so that the hardware
   its results.json records is the one it ran on. (Its loop settings, --jit_compile and
-  --noise_chunk_steps, reach the trainers as arguments: `common.distribution.loop_settings_of`.)"""
+  --noise_chunk_steps, reach the trainers as arguments:
+  `methods.loop_settings.loop_settings_of`.)"""
   @functools.wraps(train_and_evaluate)
   def under_settings(config: Config, *args, **kwargs) -> dict:
     with _strategy_scope(config) as strategy:

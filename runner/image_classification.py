@@ -14,14 +14,14 @@ from typing import Callable
 import numpy as np
 
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from runner.image_config import ImageClassificationConfig
-from runner.dispatch import Networks, train_method, write_method_results
-from common import images
-from common.image_augmentation import RandomImageTransform
-from common.classification_metrics import (classification_metrics, member_metrics,
+from runner.classification_metrics import (classification_metrics, member_metrics,
                                            predict_member_log_probabilities,
                                            predictive_log_probabilities)
-from common.refinement_figures import write_refinement_trace
+from runner.dispatch import Networks, train_method, write_method_results
+from runner.image_augmentation import RandomImageTransform
+from runner.image_config import ImageClassificationConfig
+from runner.refinement_figures import write_refinement_trace
+from common import images
 from common.distribution import writes_run_files
 from common.results import check_finite
 from common.seeding import seed_everything

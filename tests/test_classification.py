@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from common.classification_metrics import (classification_metrics, expected_calibration_error,
+from runner.classification_metrics import (classification_metrics, expected_calibration_error,
                                            member_metrics, predict_member_log_probabilities,
                                            predictive_log_probabilities)
 

@@ -8,7 +8,7 @@ from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from common.image_augmentation import RandomImageTransform, apply_transforms, transform_matrices
+from runner.image_augmentation import RandomImageTransform, apply_transforms, transform_matrices
 
 IMAGE = tf.reshape(tf.range(7 * 7 * 2, dtype=tf.float32), [1, 7, 7, 2])
 ZERO, NO = tf.zeros([1]), tf.constant([False])

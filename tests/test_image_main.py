@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from runner import refinement_figures as figures
 from runner.config import MEAN_FIELD, REFINED
-from common import refinement_figures as figures
 from image import main as image_main
 from image.config import METHODS, ImageConfig, pixel_scaling_for
 from methods import registry

@@ -1,8 +1,8 @@
-"""check_integer: the one check behind every count argument of the library."""
+"""check_integer (common/validation.py): the one check behind every count argument."""
 import numpy as np
 import pytest
 
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 def test_integers_at_or_above_the_minimum_pass_as_python_ints():

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 from auxiliary_sampling.graph_loops import no_autograph
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 class MemberBatchNormalization(tf_keras.layers.Layer):

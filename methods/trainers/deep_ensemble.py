@@ -25,7 +25,7 @@ from auxiliary_sampling.noise import derived_seed
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import InputTransform, TrainingLoop
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import CheckpointedTraining, Penalty, TrainingResult
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from auxiliary_sampling.elbo_objective import GradientUpdate
 from auxiliary_sampling.training_batches import plain_data
 from auxiliary_sampling.training_loop import Objective, ReplicaBatch
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 
 
 class IncrementalSurrogateOptimizer(tf.Module):

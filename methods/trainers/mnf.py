@@ -36,7 +36,7 @@ from auxiliary_sampling.parameters import inverse_softplus
 from auxiliary_sampling.training_batches import UniformBatches
 from auxiliary_sampling.training_data import LogLikelihoodFn, check_data
 from auxiliary_sampling.training_loop import TrainingLoop
-from auxiliary_sampling.validation import check_integer
+from common.validation import check_integer
 from methods.trainers.coupling_flow import MaskedCouplingFlow
 from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import CheckpointedTraining, TrainingResult

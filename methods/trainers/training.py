@@ -23,10 +23,10 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from auxiliary_sampling.graph_loops import counted_loop, graph_function
-from auxiliary_sampling.validation import check_integer
 from auxiliary_sampling.progress import ProgressLog
 from auxiliary_sampling.training_loop import TrainingLoop
 from common.distribution import writes_run_files
+from common.validation import check_integer
 from methods.trainers.learning_rate import LearningRateSchedule
 
 _TRACE_FILENAME = "trace.npz"

@@ -49,12 +49,13 @@ class MeanFieldTrainer(CheckpointedTraining):
                weight_noise: str = "per_example", loop_settings: LoopSettings = LoopSettings()):
     inputs, labels = check_data(inputs, labels)
     model(inputs[:1])
-    kl_fn = None
     if penalty is not None:
       num_examples = float(inputs.shape[0])
 
       def kl_fn():
         return model_kl(model) + num_examples * penalty(model)
+    else:
+      kl_fn = None
     if optimizer not in VI_OPTIMIZERS:
       raise ValueError(f"optimizer={optimizer!r} is not known; allowed: {', '.join(VI_OPTIMIZERS)}")
     objective = ElboObjective(model, log_likelihood_fn, kl_fn=kl_fn, weight_noise=weight_noise)

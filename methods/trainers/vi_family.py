@@ -31,8 +31,8 @@ from methods.trainers.learning_rate import LearningRateSchedule
 from methods.trainers.training import Penalty
 from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
-from common.distribution import loop_settings_of
 from methods import network_kinds
+from methods.loop_settings import loop_settings_of
 from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.
@@ -116,10 +116,11 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
   vi_steps = config.num_steps(VI, num_examples)
   build_refiner = None
   if then == REFINE:
-    penalty_fn = None
     if penalty is not None and config.refit_deterministic:
       def penalty_fn(members):
         return num_examples * penalty(members)
+    else:
+      penalty_fn = None
     build_refiner = functools.partial(
         Refiner, model_fn, inputs, labels, log_likelihood_fn, num_samples=config.num_samples,
         batch_size=config.batch_size, weight_noise=config.refine_weight_noise,

@@ -1,4 +1,5 @@
-"""Argument checks shared by the library: every bad count fails with the same one-line message."""
+"""Argument checks shared by the library, the trainers and seeding: every bad count fails with the
+same one-line message. It lives at the bottom layer so that common/ can use it too."""
 from __future__ import annotations
 
 import numpy as np
