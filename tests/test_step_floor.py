@@ -1,4 +1,5 @@
 """benchmarks.step_floor: its hand-written rewrites solve the same problems as our loops."""
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,8 @@ import tensorflow as tf
 
 from auxiliary_sampling.noise import recorded_draws, supplied_draws
 from benchmarks import step_floor
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Timed steps per measurement, after its 200-step warm-up (a count other than the warm-up's, so a
 # loop that traces per step count retraces when timed): enough for every variant's mean objective
@@ -94,3 +97,13 @@ def test_bad_workloads_are_one_usage_line(tmp_path, arguments, expected):
   assert completed.returncode == 2
   assert expected in completed.stderr and "Traceback" not in completed.stderr
   assert not list(tmp_path.iterdir())
+
+
+def test_the_flags_are_checked_before_tensorflow_loads():
+  """Importing the benchmark loads no TensorFlow, so the usage errors above come at once (they
+  took 4 s each when it loaded first); the rewrites load it when a measurement starts."""
+  probe = subprocess.run(
+      [sys.executable, "-c", "import sys, benchmarks.step_floor; "
+       "print('tensorflow' in sys.modules)"],
+      capture_output=True, text=True, check=False, cwd=REPOSITORY)
+  assert probe.returncode == 0 and probe.stdout.strip() == "False", probe.stderr
