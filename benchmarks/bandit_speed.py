@@ -26,11 +26,11 @@ import sys
 import time
 
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
+# TensorFlow and the agents load in the functions that use them: a bad flag is refused at once,
+# not after TensorFlow's seconds of start-up.
 from bandits import mushroom
-from bandits.agents import make_agent
 from bandits.config import AGENTS, PAPER_AGENTS, BanditConfig
 from runner import cli
 from common.results import write_results, write_text_atomically
@@ -55,6 +55,7 @@ LOOPS = {"per_step": dict(jit_compile=False, noise_chunk_steps=0),
 
 
 def _one_step(agent, contexts, step: int, rewards) -> tuple[float, float]:
+  import tensorflow as tf
   started = time.perf_counter()
   actions = agent.choose(contexts, tf.constant(step, tf.int64)).numpy()
   chosen = time.perf_counter()
@@ -66,6 +67,8 @@ def measure(config: BanditConfig, mushrooms: mushroom.Mushrooms, steps: int, rou
             history: int, horizon: int, loops: tuple[str, ...] = tuple(LOOPS),
             agent_names: tuple[str, ...] = PAPER_AGENTS) -> dict:
   """{loop: {agent: timings}} for each agent of `agent_names` under each loop of `loops`."""
+  import tensorflow as tf
+  from bandits.agents import make_agent
   rng = np.random.default_rng(0)
   num_seeds = len(config.seeds)
   agents = {}

@@ -21,10 +21,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import tensorflow as tf
 
-CHUNK = 100
-BATCH = 256
-BANDIT_BATCH = 64      # the mushroom bandit's (paper Section 4.3)
-LEARNING_RATE = 1e-3
+from benchmarks.step_floor_sizes import BANDIT_BATCH, BATCH, CHUNK, LEARNING_RATE
+
 LOG_2PI = math.log(2.0 * math.pi)
 
 # (batch indices, per-step noises as flat vectors) -> the objective per member ([] or [M]),

@@ -53,7 +53,10 @@ import time
 import numpy as np
 from absl import flags
 
-from benchmarks import fresh_process, plain_tf2_loops
+from benchmarks import fresh_process
+# benchmarks.plain_tf2_loops (TensorFlow) loads when a measurement starts: a bad flag is refused
+# at once, not after TensorFlow's seconds of start-up.
+from benchmarks.step_floor_sizes import BANDIT_BATCH, BATCH, CHUNK, LEARNING_RATE
 from runner import cli
 from common.results import (git_commit, machine_description, write_json_atomically,
                             write_text_atomically)
@@ -63,9 +66,6 @@ VARIANTS = ("ours", "ours_chunked", "ours_xla", "plain_tf2", "plain_noise_outsid
             "xla_noise_outside")
 THREADS = ("default", "1")
 NUM_EXAMPLES, INPUTS, HIDDEN, NOISE_SCALE = 455, 13, 50, 0.5
-BATCH, CHUNK = plain_tf2_loops.BATCH, plain_tf2_loops.CHUNK
-# One rate for ours and the rewrites, so the two cannot drift apart.
-LEARNING_RATE = plain_tf2_loops.LEARNING_RATE
 ENSEMBLE_MEMBERS, ADVERSARIAL_EPSILON = 10, 0.01
 WARM_UP_STEPS = 200
 # The bandit workload: seeds on the member axis, filled rows of each member's history, the rows
@@ -133,6 +133,7 @@ def _ours(workload: str, inputs, labels, seed: int, chunked: bool = False, xla: 
   from methods.trainers import deep_ensemble
   from methods.trainers import mnf
   from methods.trainers.gaussian_head import gaussian_head_log_likelihood
+  from benchmarks import plain_tf2_loops
   from common.seeding import seed_everything
   # NumPy too: the layers' noise streams take their seeds from it.
   seed_everything(seed)
@@ -179,7 +180,7 @@ def _bandit_update(inputs, labels, seed: int, settings) -> tuple:
   from bandits.agents import make_agent
   from bandits.config import BanditConfig
   config = BanditConfig(agents=("vi_ts",), seeds=BANDIT_SEEDS, horizon=BANDIT_CAPACITY,
-                        batch_size=plain_tf2_loops.BANDIT_BATCH, learning_rate=LEARNING_RATE,
+                        batch_size=BANDIT_BATCH, learning_rate=LEARNING_RATE,
                         noise_scale=str(BANDIT_NOISE_SCALE), jit_compile=settings.jit_compile,
                         noise_chunk_steps=settings.noise_chunk_steps)
   config.validate()
@@ -193,6 +194,7 @@ def _bandit_update(inputs, labels, seed: int, settings) -> tuple:
 
 def rewritten(workload: str, model, inputs, labels) -> plain_tf2_loops.Workload:
   """The workload's plain-TF2 rewrite, starting from the current values of our `model`."""
+  from benchmarks import plain_tf2_loops
   if workload == "vi":
     return plain_tf2_loops.vi_workload(model, inputs, labels, _gaussian_log_likelihood)
   if workload == "mnf":
@@ -204,6 +206,7 @@ def rewritten(workload: str, model, inputs, labels) -> plain_tf2_loops.Workload:
 
 def _hand_written(workload: str, inputs, labels, seed: int, noise_outside: bool, xla: bool):
   """The workload's plain-TF2 loop, from the initial values of our model."""
+  from benchmarks import plain_tf2_loops
   _, model, _ = _ours(workload, inputs, labels, seed)
   return plain_tf2_loops.compiled_loop(rewritten(workload, model, inputs, labels), seed,
                                        noise_outside, xla)
@@ -294,7 +297,7 @@ def main(argv):
 def _table(results: dict, command: str, steps: int, rounds: int) -> str:
   """speed.md: every workload's variants against its floor (its fastest variant)."""
   lines = [f"# Our training loops against TensorFlow's floor: UCI 13-50 network, batch {BATCH};"
-           f" bandit {len(BANDIT_SEEDS)} x 117-100-100-2, batch {plain_tf2_loops.BANDIT_BATCH}",
+           f" bandit {len(BANDIT_SEEDS)} x 117-100-100-2, batch {BANDIT_BATCH}",
            "", f"Command: `{command}` ({steps:,} timed steps, median of {rounds} alternating "
            "rounds)", "",
            "| workload | variant | threads | ms per step | × floor | CPU ms per step | "

@@ -54,3 +54,13 @@ def test_bad_flags_are_one_line_and_write_nothing(tmp_path, flags, message):
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "out").exists()
+
+
+def test_the_flags_are_checked_before_tensorflow_loads():
+  """Importing the benchmark loads neither TensorFlow nor the agents, so the usage errors above
+  come at once (they took 5-6 s each when it loaded them first)."""
+  probe = subprocess.run(
+      [sys.executable, "-c", "import sys, benchmarks.bandit_speed; "
+       "print('tensorflow' in sys.modules)"],
+      capture_output=True, text=True, check=False, cwd=REPO)
+  assert probe.returncode == 0 and probe.stdout.strip() == "False", probe.stderr

@@ -28,13 +28,26 @@ def _randomise(layer, seed=0):
         rng.uniform(0, 1, size=p.untransformed_prior_scale.shape).astype(np.float32))
 
 
+def _draws(layer, x, num_draws, **call_arguments):
+  """`num_draws` calls of `layer` on `x`, stacked: one compiled loop, as the training loops call
+  the layers (eager calls took ~10 ms each, most of these tests' time); an eager pair of calls
+  must differ too."""
+  @tf.function
+  def draw_all():
+    return tf.map_fn(lambda _: layer(x, **call_arguments), tf.range(num_draws),
+                     fn_output_signature=tf.float32, parallel_iterations=1)
+  draws = draw_all().numpy()
+  assert not np.allclose(draws[0], draws[1])
+  assert not np.allclose(layer(x, **call_arguments), layer(x, **call_arguments))
+  return draws
+
+
 def test_dense_outputs_are_stochastic_with_local_reparameterisation_moments():
   layer = DenseReparameterization(3)
   x = tf.constant(np.random.default_rng(0).normal(size=[4, 5]), tf.float32)
   layer(x)
   _randomise(layer)
-  draws = np.stack([layer(x).numpy() for _ in range(4000)])
-  assert not np.allclose(draws[0], draws[1])
+  draws = _draws(layer, x, 4000)
   k, b = layer.kernel, layer.bias
   mean = x.numpy() @ k.posterior_loc.numpy() + b.posterior_loc.numpy()
   var = (x.numpy() ** 2) @ k.posterior_variance.numpy() + b.posterior_variance.numpy()
@@ -47,7 +60,7 @@ def test_conv_flipout_moments_match_independent_weight_samples():
   x = tf.constant(np.random.default_rng(1).normal(size=[2, 5, 5, 3]), tf.float32)
   layer(x)
   _randomise(layer, 1)
-  draws = np.stack([layer(x).numpy() for _ in range(3000)])
+  draws = _draws(layer, x, 3000)
   k, b = layer.kernel, layer.bias
   mean = tf.nn.conv2d(x, k.posterior_loc, 1, "SAME").numpy() + b.posterior_loc.numpy()
   var = tf.nn.conv2d(x**2, k.posterior_variance, 1, "SAME").numpy() + b.posterior_variance.numpy()
@@ -84,11 +97,10 @@ def test_per_batch_noise_shares_one_weight_draw_and_keeps_the_moments(make, x_sh
   x = tf.concat([x, x[:1]], 0)   # the last example repeats the first
   layer(x)
   _randomise(layer, 5)
-  draws = np.stack([layer(x, weight_noise="per_batch").numpy() for _ in range(3000)])
+  draws = _draws(layer, x, 3000, weight_noise="per_batch")
   # Equal up to round-off: TensorFlow's CPU convolution without oneDNN sums in an order that
   # depends on the batch position, so equal examples can differ in the last bit.
   np.testing.assert_allclose(draws[:, 0], draws[:, -1], rtol=1e-6, atol=1e-6)
-  assert not np.allclose(draws[0], draws[1])
   mean, variance = (t.numpy() for t in _closed_form_moments(layer, x))
   assert np.abs(draws.mean(0) - mean).max() < 5 * np.sqrt(variance.max() / 3000)
   assert np.median(np.abs(draws.var(0) / variance - 1)) < 0.05
