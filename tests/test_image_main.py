@@ -1,5 +1,5 @@
 """The LeNet-5 binary end to end on real MNIST at tiny scale: every method, Figure 4, bad input;
-and the data statistics it standardises with."""
+and the data statistics it standardises with and the posterior draws it evaluates."""
 import json
 import os
 import shutil
@@ -167,6 +167,31 @@ def test_pixel_statistics_are_numpys_float64_mean_and_std_of_the_scaled_pixels()
                                   scaled.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32))
   with pytest.raises(ValueError, match="counts uint8 pixels, not float32"):
     images.channel_statistics(scaled)
+
+
+def test_traced_posterior_draws_trace_the_network_once_and_draw_what_one_call_each_draws():
+  """An evaluation's M posterior draws in a traced function are one loop: the network is traced
+  once, not M times (M = 10 LeNet-5 or ResNet-20 forward passes were traced ten times), and the
+  draws are those of M calls in a row, bit for bit."""
+  import tensorflow as tf
+  from auxiliary_sampling.graph_loops import graph_function
+  from auxiliary_sampling.predictive import posterior_draws
+  from image import lenet
+  model = lenet.mean_field_lenet5()
+  inputs = tf.random.stateless_normal([5, 28, 28, 1], seed=[1, 2])
+  model(inputs)
+  counters = [layer.noise.counter for layer in model.chain if hasattr(layer, "noise")]
+  start = [counter.numpy() for counter in counters]
+  traced = []
+
+  def network(images):
+    traced.append(1)
+    return model(images)
+  draws = graph_function(lambda images: posterior_draws(network, images, 4))(inputs)
+  assert len(traced) == 1 and draws.shape == (4, 5, 10)
+  for counter, value in zip(counters, start):
+    counter.assign(value)
+  np.testing.assert_array_equal(draws, tf.stack([model(inputs) for _ in range(4)]))
 
 
 @pytest.mark.parametrize("trainer", ["vi", "mnf", "deep_ensemble"])
