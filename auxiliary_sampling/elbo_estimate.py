@@ -54,6 +54,16 @@ def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: Log
                    kl=model_kl(model).numpy().astype(np.float64))
 
 
+def trace_elbo_estimate(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
+                        batch_size: int = 1024, num_samples: int = 1) -> None:
+  """Traces what `estimate_elbo_terms` with these arguments runs, without running it (a pass
+  over the data), so that the estimate then starts at once (`refine.Refiner.prepare`)."""
+  num_samples = check_integer("num_samples", num_samples)
+  inputs, labels = check_data(inputs, labels)
+  _summed_log_likelihood.get_concrete_function(model, inputs, labels, log_likelihood_fn,
+                                               batch_size, num_samples)
+
+
 @graph_function(reduce_retracing=True)
 def _summed_log_likelihood(model: tf.Module, inputs: tf.Tensor, labels: tf.Tensor,
                            log_likelihood_fn: LogLikelihoodFn, batch_size: int,

@@ -23,7 +23,8 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from auxiliary_sampling.elbo_estimate import estimate_elbo, estimate_elbo_terms
+from auxiliary_sampling.elbo_estimate import (estimate_elbo, estimate_elbo_terms,
+                                              trace_elbo_estimate)
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function
@@ -184,7 +185,8 @@ class Refiner(tf.Module):
 
   def prepare(self, elbo_batch_size: int = 1024, elbo_num_samples: int = 1) -> float:
     """Traces (and under jit_compile compiles) every computation a `refine` call runs, by running
-    each once on the members as built; returns the seconds it took.
+    each once on the members as built (the whole-data ELBO estimate is traced, not run: running
+    it was one more pass over the training data); returns the seconds it took.
 
     A `refine` call then starts at once: it reloads every variable these runs change and reseeds
     every stream, so its result is the same as without this (tested). Give the ELBO settings the
@@ -199,7 +201,7 @@ class Refiner(tf.Module):
     self.loop.update.reset()
     self.loop.run(tf.constant(1, tf.int32), tf.constant(0.0, tf.float32),
                        tf.zeros([self.num_samples], tf.float32))
-    estimate_elbo_terms(self.members, self.inputs, self.labels, self.log_likelihood_fn,
+    trace_elbo_estimate(self.members, self.inputs, self.labels, self.log_likelihood_fn,
                         elbo_batch_size, elbo_num_samples)
     return time.perf_counter() - started
 

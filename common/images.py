@@ -248,10 +248,41 @@ def _load_tfds(dataset: str, data_dir: Optional[str], download_allowed: bool):
   return tuple(arrays)
 
 
-def standardise(train: np.ndarray, test: np.ndarray):
-  """[0, 1]-scaled pixels standardised per channel with the training set's statistics."""
-  mean = train.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
-  std = train.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+# Pixels per bincount call in `channel_statistics` (bounds its int64 copy to 32 MB).
+_COUNT_CHUNK = 1 << 22
+
+
+def channel_statistics(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Per-channel float32 mean and standard deviation of [..., C] uint8 pixels scaled as `load`
+  scales them (float32 / 255), computed in float64 from each channel's 256 value counts.
+
+  numpy's float64 mean and std of the scaled array give the same float32 values (checked on
+  MNIST, Fashion-MNIST and 200 random subsets of each), but its std makes float64 copies of
+  every pixel: 2-15 s of every MNIST run here, against 0.5-1 s for one pass over the bytes.
+  """
+  if pixels.dtype != np.uint8:
+    raise ValueError(f"channel_statistics counts uint8 pixels, not {pixels.dtype}")
+  levels = (np.arange(256).astype(np.float32) / 255.0).astype(np.float64)
+  means, stds = [], []
+  for channel in pixels.reshape(-1, pixels.shape[-1]).T:
+    counts = np.zeros(256, np.int64)
+    for start in range(0, len(channel), _COUNT_CHUNK):
+      counts += np.bincount(channel[start:start + _COUNT_CHUNK], minlength=256)
+    mean = counts @ levels / len(channel)
+    means.append(mean)
+    stds.append(np.sqrt(counts @ np.square(levels - mean) / len(channel)))
+  return np.array(means, np.float32), np.array(stds, np.float32)
+
+
+def standardise(train: np.ndarray, test: np.ndarray,
+                statistics: Optional[tuple[np.ndarray, np.ndarray]] = None):
+  """[0, 1]-scaled pixels standardised per channel with the training set's statistics
+  (`statistics`: their (mean, std) if known, e.g. `channel_statistics` of the uint8 pixels)."""
+  if statistics is None:
+    mean = train.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+    std = train.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+  else:
+    mean, std = statistics
   std = np.where(std > 0, std, 1.0).astype(np.float32)
   return (train - mean) / std, (test - mean) / std, mean, std
 
@@ -281,7 +312,8 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
   if pixel_scaling == "unit_interval":
     mean, std = np.zeros(train.shape[-1], np.float32), np.ones(train.shape[-1], np.float32)
   else:
-    train, test, mean, std = standardise(train, test)
+    statistics = channel_statistics(x_train) if x_train.dtype == np.uint8 else None
+    train, test, mean, std = standardise(train, test, statistics)
   return ImageData(train, y_train.astype(np.int32), test, y_test.astype(np.int32), mean, std)
 
 
