@@ -253,31 +253,44 @@ def test_refinement_prepared_beside_vi_gives_the_same_run(tmp_path, tiny):
     assert 0 < timings["refine_build_seconds"] < timings["refine_total_seconds"]
 
 
-def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path,
-                                                                                yacht_dir):
+@pytest.fixture(scope="module")
+def refined_vi_binary(tmp_path_factory, data_dir_for):
+  """refined_vi through the binary at tiny scale, XLA's chunks of 50 steps (VI's 50 steps one
+  chunk), by default and with --jit_compile_refinement, each with its own --xla_cache_dir: {name:
+  (results.json, sorted cache listing just after the run, output dir)}, with the flags and the
+  root; made once for the tests of what each compiles."""
+  root = tmp_path_factory.mktemp("refined_vi_binary")
+  flags = ["--method=refined_vi", "--dataset=yacht_hydrodynamics",
+           f"--data_dir={data_dir_for('yacht_hydrodynamics')}", "--hidden_units=8",
+           "--vi_steps=50", "--num_samples=2", "--num_auxiliary=2", "--steps_per_auxiliary=30",
+           "--elbo_num_samples=1", "--jit_compile", "--noise_chunk_steps=50"]
+  runs = {}
+  for name, extra in (("default", []), ("compiled", ["--jit_compile_refinement"])):
+    out, cache = root / name, root / f"{name}_cache"
+    completed = _run(*flags, *extra, f"--output_dir={out}", f"--xla_cache_dir={cache}",
+                     f"--vi_checkpoint_dir={root / (name + '_vi')}")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    runs[name] = (json.loads((out / "results.json").read_text()), sorted(os.listdir(cache)), out)
+  return dict(runs=runs, flags=flags, root=root)
+
+
+def test_by_default_refinement_runs_its_chunks_uncompiled_with_the_same_numbers(
+    refined_vi_binary):
   """UCI compiles VI's chunks but not refinement's (`--nojit_compile_refinement`, its default):
   XLA's persistent cache shows what was compiled, one computation fewer than with
   `--jit_compile_refinement` (catches the refinement setting ignored, either way), and both runs
   see the same numbers, so the metrics agree to XLA's round-off."""
-  flags = ["--method=refined_vi", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
-           "--hidden_units=8", "--vi_steps=120", "--num_samples=2", "--num_auxiliary=2",
-           "--steps_per_auxiliary=30", "--elbo_num_samples=1", "--noise_chunk_steps=50"]
-  runs = {}
-  for name, extra in (("default", []), ("compiled", ["--jit_compile_refinement"])):
-    completed = _run(*flags, *extra, f"--output_dir={tmp_path / name}",
-                     f"--xla_cache_dir={tmp_path / (name + '_cache')}")
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    runs[name] = json.loads((tmp_path / name / "results.json").read_text())
-    runs[name]["cached"] = len(os.listdir(tmp_path / (name + "_cache")))
-  assert runs["default"]["flags"]["jit_compile_refinement"] is False
+  (default, default_cached, _), (compiled, compiled_cached, _) = (
+      refined_vi_binary["runs"][name] for name in ("default", "compiled"))
+  assert default["flags"]["jit_compile_refinement"] is False
   # refined_vi's one intra-op thread, through the binary (unless the environment sets them).
-  assert runs["default"]["machine"]["intra_op_threads"] == int(
+  assert default["machine"]["intra_op_threads"] == int(
       os.environ.get("TF_NUM_INTRAOP_THREADS", "1") or 1)
-  assert runs["default"]["cached"] >= 1
-  assert runs["compiled"]["cached"] == runs["default"]["cached"] + 1
+  assert len(default_cached) >= 1
+  assert len(compiled_cached) == len(default_cached) + 1
   for metric in ("elbo", "elbo_aux", "test_mll", "test_rmse"):
-    assert runs["default"]["metrics"][metric] == pytest.approx(
-        runs["compiled"]["metrics"][metric], rel=1e-4, abs=1e-4), metric
+    assert default["metrics"][metric] == pytest.approx(
+        compiled["metrics"][metric], rel=1e-4, abs=1e-4), metric
 
 
 def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_numbers(tmp_path,
@@ -308,7 +321,7 @@ def test_by_default_the_ensemble_runs_its_chunks_uncompiled_with_the_same_number
 
 
 def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_resumed(
-    tmp_path, yacht_dir):
+    refined_vi_binary):
   """--jit_compile with --noise_chunk_steps end to end; the chunk length decides which numbers the
   run sees, so a checkpoint made with another is refused (one line) rather than mixed in.
 
@@ -320,27 +333,23 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
   whatever the machine's load: XLA's cache key holds TensorFlow's function names, which count
   every operation run before, and VI cut into pieces by the clock (50 + 70 steps, or 50 + 50 +
   20) renamed, and recompiled, refinement's chunk."""
-  out, cache = tmp_path / "run", tmp_path / "xla_cache"
-  flags = [f"--output_dir={out}", "--dataset=yacht_hydrodynamics", f"--data_dir={yacht_dir}",
-           "--hidden_units=8", "--vi_steps=50", "--num_samples=2", "--num_auxiliary=2",
-           "--steps_per_auxiliary=30", "--elbo_num_samples=1",
-           f"--vi_checkpoint_dir={tmp_path / 'vi'}"]
-  xla = ["--method=refined_vi", "--jit_compile", "--noise_chunk_steps=50",
-         "--jit_compile_refinement", f"--xla_cache_dir={cache}"]
-  completed = _run(*flags, *xla)
-  assert completed.returncode == 0, completed.stderr[-2000:]
-  results = json.loads((out / "results.json").read_text())
+  results, cached, out = refined_vi_binary["runs"]["compiled"]
+  flags, root = refined_vi_binary["flags"], refined_vi_binary["root"]
+  cache = root / "compiled_cache"
   assert results["flags"]["jit_compile"] and results["flags"]["noise_chunk_steps"] == 50
+  assert results["flags"]["jit_compile_refinement"]
   assert results["metrics"]["elbo_aux"] > results["metrics"]["elbo"]
-  cached = sorted(os.listdir(cache))
   assert len(cached) >= 2, cached        # at least VI's chunk and refinement's
-  rerun = _run(*flags, *xla, f"--output_dir={tmp_path / 'rerun'}",
-               f"--vi_checkpoint_dir={tmp_path / 'vi_rerun'}")
+  rerun = _run(*flags, "--jit_compile_refinement", f"--xla_cache_dir={cache}",
+               f"--output_dir={root / 'rerun'}", f"--vi_checkpoint_dir={root / 'rerun_vi'}")
   assert rerun.returncode == 0, rerun.stderr[-2000:]
-  assert json.loads((tmp_path / "rerun" / "results.json").read_text())["metrics"] == pytest.approx(
+  assert json.loads((root / "rerun" / "results.json").read_text())["metrics"] == pytest.approx(
       results["metrics"], rel=1e-6)
   assert sorted(os.listdir(cache)) == cached
-  completed = _run(*flags, "--method=vi_equal_compute", f"--output_dir={tmp_path / 'eq'}")
+  # VI's checkpoint of 50-step chunks, given to a run of the default 100.
+  other = [flag for flag in flags if not flag.startswith(("--method", "--noise_chunk_steps"))]
+  completed = _run(*other, "--method=vi_equal_compute", f"--output_dir={root / 'eq'}",
+                   f"--vi_checkpoint_dir={root / 'compiled_vi'}")
   assert completed.returncode != 0
   lines = completed.stderr.strip().splitlines()
   assert lines[-1].startswith("error:") and "noise_chunk_steps" in lines[-1], lines[-3:]
