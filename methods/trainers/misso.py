@@ -1,6 +1,7 @@
 """MISSO for variational inference: incremental minimisation of quadratic surrogates.
 
-The MISSO note (`../shared/related/vi_misso_lenet5.md`) splits the negated ELBO into a finite sum
+The MISSO note ("Variational Inference and Dropout", an anonymous workshop draft applying
+MISSO, Karimi et al. 2019, to VI of LeNet-5) splits the negated ELBO into a finite sum
 L = (1/n) sum_i L_i and keeps, for every index i, a quadratic surrogate of L_i built at the iterate
 theta_i where i was last drawn (its Eq. 4): L_i(theta_i) + <m_i, theta - theta_i> + (L/2) |theta -
 theta_i|^2, with m_i a reparameterised Monte Carlo gradient of L_i at theta_i (Eqs. 5-6). Each

@@ -5,11 +5,11 @@ phi(x_i) = 1/n sum_j [k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i)], an 
 high posterior density plus a repulsion between particles, with an RBF kernel whose bandwidth
 is set by the median heuristic. Weight-space SVGD applies it to the networks' weights; in an
 over-parameterised network distant weights can be the same function, and the particles collapse
-to one function (Wang et al. 2019, `../shared/related/function_space_particle_optimization.txt`,
-Section 2). f-SVGD applies it to the particles' function values on a minibatch (their Eq. 4), the
-function-space prior approximated by a Gaussian moment-matched to prior network draws (their
-Section 3.2), and moves each network's weights by back-propagating phi as the error signal of
-its outputs (their Eq. 3 and Remark 3.1).
+to one function (Wang, Ren, Zhu and Zhang 2019, "Function space particle optimization for
+Bayesian neural networks", ICLR, Section 2). f-SVGD applies it to the particles' function
+values on a minibatch (their Eq. 4), the function-space prior approximated by a Gaussian
+moment-matched to prior network draws (their Section 3.2), and moves each network's weights by
+back-propagating phi as the error signal of its outputs (their Eq. 3 and Remark 3.1).
 
 The particles are point-weight networks on a member axis (`deep_ensemble.MemberDense`), all
 seeing the same minibatch; each has its own Gaussian noise scale. Settings follow the authors'
