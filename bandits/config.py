@@ -80,6 +80,11 @@ class BanditConfig(DeviceConfig):
       only_when=("noise_scale", "learned"))
   initial_untransformed_posterior_scale: float = setting(
       -5.0, "Initial softplus^-1 of the posterior scales (std 0.0067 at -5).")
+  initial_pulls: int = setting(
+      0, "Steps that pull each action this many times before the agents choose (pass, eat, "
+      "pass, ...; every agent learns from their rewards as from its own choices); 0: the agents "
+      "choose from the first step, as the paper describes. The deep contextual bandits benchmark "
+      "pulls each action twice.", minimum=0, maximum=100)
   regret_report_interval: int = setting(
       1000, "results.json reports the cumulative regret every this many steps.", minimum=1)
   steps_per_checkpoint: int = setting(

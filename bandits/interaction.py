@@ -153,7 +153,8 @@ class _CheckpointedRecord(tf.Module):
 
 def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.EnvironmentStream,
              config: BanditConfig, checkpoint_dir: str) -> RegretRecord:
-  """Runs `agent` over the stream to the horizon, resuming from and saving to `checkpoint_dir`."""
+  """Runs `agent` over the stream to the horizon, resuming from and saving to `checkpoint_dir`;
+  the first 2 * `config.initial_pulls` steps take `forced_action`'s actions, not the agent's."""
   claim_checkpoint_dir(checkpoint_dir, dict(config.identity(), agent=agent.name),
                        config.replace_mismatched, absent_values(config))
   num_seeds, horizon = len(config.seeds), config.horizon
@@ -175,6 +176,8 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
   for step in range(start, horizon):
     contexts = tf.gather(contexts_of, stream.rows[:, step])
     chosen, gap = (t.numpy() for t in agent.decide(contexts, tf.constant(step, tf.int64)))
+    if step < mushroom.NUM_ACTIONS * config.initial_pulls:   # the action every seed must pull
+      chosen = np.full_like(chosen, forced_action(step))
     paid = mushroom.rewards(edible_rows[:, step, None], stream.unlucky[:, step, None], chosen)
     objective = agent.observe(contexts, tf.constant(chosen), tf.constant(paid)).numpy()
     _check_finite(agent.name, step + 1, gap, objective)
@@ -199,6 +202,12 @@ def interact(agent: Agent, mushrooms: mushroom.Mushrooms, stream: mushroom.Envir
                       rewards=rewards, expected_regret=expected_regret,
                       realised_regret=optimal_reward - rewards,
                       seconds=float(record.seconds.numpy()), predicted_gap=gaps)
+
+
+def forced_action(step: int) -> int:
+  """The action of bandit step `step` of the initial pulls: pass, eat, pass, eat, ... (the
+  deep contextual bandits benchmark's order, its action `step mod 2`)."""
+  return step % mushroom.NUM_ACTIONS
 
 
 def _check_finite(agent: str, step: int, gap: np.ndarray, objective: np.ndarray) -> None:
