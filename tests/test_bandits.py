@@ -323,6 +323,36 @@ def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
   assert not (tmp_path / "figure").exists()
 
 
+def test_the_figure_and_the_regret_sources_run_without_tensorflow(tmp_path):
+  """Both binaries read .npz records and write tables: they run to the end without loading
+  TensorFlow. Catches the record's module (`bandits.regret_record`) importing TensorFlow again,
+  as `bandits.interaction`, where it lived, does: each run took 5-8 s longer, and the tests
+  around this one run the two binaries five times."""
+  _bandit_run_dir(tmp_path / "run", [0, 1], agent="vi_ts")
+  RegretRecord(line_names=["vi_ts"], seeds=[0, 1], actions=np.array([[[1, 1, 0, 0, 1, 0, 1]]] * 2),
+               rewards=np.zeros([2, 1, 7]),
+               expected_regret=np.array([[[15, 0, 5, 0, 0, 0, 15]]] * 2, np.float32),
+               realised_regret=np.zeros([2, 1, 7]), seconds=1.0
+               ).save(str(tmp_path / "run" / "regret_vi_ts.npz"))    # regrets the reports accept
+  # The binaries end by os._exit (runner.cli.run): the probe says what was loaded there.
+  probe = ("import os, runpy, sys\n"
+           "module, leave = sys.argv.pop(1), os._exit\n"
+           "def report_then_leave(code):\n"
+           "  print('tensorflow' in sys.modules, flush=True)\n"
+           "  leave(code)\n"
+           "os._exit = report_then_leave\n"
+           "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+  for module, written in (("bandits.figure", "figure5_cumulative_regret.md"),
+                          ("report.bandit_regret_sources", "regret_sources.md")):
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, module, f"--run_dirs={tmp_path / 'run'}",
+         f"--output_dir={tmp_path / module}"],
+        capture_output=True, text=True, cwd=REPO, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip().splitlines()[-1] == "False", module
+    assert (tmp_path / module / written).exists(), module
+
+
 def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_path):
   """Catches a traceback (zipfile's or numpy's) from a record cut short or overwritten, and a
   record whose arrays disagree being read as if it held its seeds' regrets."""
