@@ -207,16 +207,21 @@ def _run(*args):
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, yacht_dir):
+  """A run whose results.json is gone resumes from its last checkpoint, on the threads it is
+  given. Catches a checkpoint not restored (planted: `_restore` finding none; resumed from step 0,
+  fails) and --intra_op_threads ignored. Uncompiled: resuming and the thread count do not depend
+  on XLA, whose compile was most of the first run's time."""
   out = tmp_path / "run"
   flags = [
       f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics",
       f"--data_dir={yacht_dir}",
       "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
-      "--elbo_num_samples=1"
+      "--elbo_num_samples=1", "--nojit_compile"
   ]
   completed = _run(*flags)
   assert completed.returncode == 0, completed.stderr[-2000:]
-  # Compiled by default, the UCI network keeps TensorFlow's threads (0 records "its choice").
+  # By default VI keeps TensorFlow's threads (0 records "its choice"); the refined methods and the
+  # ensemble take one (test_refined_methods_and_the_ensemble_take_one_thread_unless_told_...).
   expected_threads = int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
   assert json.loads((out / "results.json").read_text())["machine"]["intra_op_threads"] == (
       expected_threads)
