@@ -51,7 +51,7 @@ def regret_table(records: Sequence, report_interval: int) -> str:
   """Markdown: cumulative expected regret (mean ± std over seeds) of every line at every
   `report_interval` steps, and the final realised regret."""
   horizon = max(record.expected_regret.shape[-1] for record in records)
-  from bandits.interaction import reported_steps  # pylint: disable=import-outside-toplevel
+  from bandits.regret_record import reported_steps  # pylint: disable=import-outside-toplevel
   steps = reported_steps(horizon, report_interval)
   header = ["agent", "seeds"] + [f"{step:,}" for step in steps] + ["realised, final"]
   rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -102,7 +102,7 @@ def records_in(run_dirs: Sequence[str]) -> list:
   become one record over all their seeds if they were made with the same settings; ValueError
   names the first setting that differs."""
   from bandits.config import AGENTS  # pylint: disable=import-outside-toplevel
-  from bandits.interaction import RegretRecord  # pylint: disable=import-outside-toplevel
+  from bandits.regret_record import RegretRecord  # pylint: disable=import-outside-toplevel
   records = []
   for agent in AGENTS:
     runs = [run_dir for run_dir in run_dirs

@@ -3,6 +3,7 @@ binary end to end (resume after a kill, bad input)."""
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -323,6 +324,36 @@ def test_an_agents_runs_over_different_seeds_become_one_line(tmp_path):
   assert not (tmp_path / "figure").exists()
 
 
+def test_the_figure_and_the_regret_sources_run_without_tensorflow(tmp_path):
+  """Both binaries read .npz records and write tables: they run to the end without loading
+  TensorFlow. Catches the record's module (`bandits.regret_record`) importing TensorFlow again,
+  as `bandits.interaction`, where it lived, does: each run took 5-8 s longer, and the tests
+  around this one run the two binaries five times."""
+  _bandit_run_dir(tmp_path / "run", [0, 1], agent="vi_ts")
+  RegretRecord(line_names=["vi_ts"], seeds=[0, 1], actions=np.array([[[1, 1, 0, 0, 1, 0, 1]]] * 2),
+               rewards=np.zeros([2, 1, 7]),
+               expected_regret=np.array([[[15, 0, 5, 0, 0, 0, 15]]] * 2, np.float32),
+               realised_regret=np.zeros([2, 1, 7]), seconds=1.0
+               ).save(str(tmp_path / "run" / "regret_vi_ts.npz"))    # regrets the reports accept
+  # The binaries end by os._exit (runner.cli.run): the probe says what was loaded there.
+  probe = ("import os, runpy, sys\n"
+           "module, leave = sys.argv.pop(1), os._exit\n"
+           "def report_then_leave(code):\n"
+           "  print('tensorflow' in sys.modules, flush=True)\n"
+           "  leave(code)\n"
+           "os._exit = report_then_leave\n"
+           "runpy.run_module(module, run_name='__main__', alter_sys=True)")
+  for module, written in (("bandits.figure", "figure5_cumulative_regret.md"),
+                          ("report.bandit_regret_sources", "regret_sources.md")):
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, module, f"--run_dirs={tmp_path / 'run'}",
+         f"--output_dir={tmp_path / module}"],
+        capture_output=True, text=True, cwd=REPO, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip().splitlines()[-1] == "False", module
+    assert (tmp_path / module / written).exists(), module
+
+
 def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_path):
   """Catches a traceback (zipfile's or numpy's) from a record cut short or overwritten, and a
   record whose arrays disagree being read as if it held its seeds' regrets."""
@@ -351,10 +382,6 @@ def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_pat
     RegretRecord.load(str(path))
 
 
-class _Killed(Exception):
-  pass
-
-
 @pytest.mark.parametrize("agent_name,loop", [
     ("refined_ts", LoopSettings()), ("refined_ts", LoopSettings(True, 100)),
     ("eps_greedy", LoopSettings()), ("fsvgd_ts", LoopSettings())])
@@ -369,20 +396,22 @@ def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
 
 
 def _kill_and_resume(tmp_path, mushrooms, agent_name, config):
+  """The uninterrupted run leaves its checkpoint folder copied as it stands after the checkpoint
+  at step 5, before the one at 10 (as a run killed there leaves it: the run writes nothing else
+  in between); a fresh agent resumes from the copy. (A second run killed at that point wrote the
+  same files, and cost a third of the test: another agent built, traced and compiled.)"""
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), config.horizon, 8124)
   uninterrupted = make_agent(agent_name, config, mushroom.NUM_FEATURES)
-  whole = interact(uninterrupted, mushrooms, stream, config, str(tmp_path / "whole"))
-  agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
-  observe, calls = agent.observe, []
+  observe, calls = uninterrupted.observe, []
 
-  def observe_then_die(*args):
+  def observe_after_copying(*args):
     calls.append(1)
     if len(calls) == 8:     # after the checkpoint at step 5, before the one at 10
-      raise _Killed
+      shutil.copytree(tmp_path / "whole", tmp_path / "killed")
     return observe(*args)
-  agent.observe = observe_then_die
-  with pytest.raises(_Killed):
-    interact(agent, mushrooms, stream, config, str(tmp_path / "killed"))
+  uninterrupted.observe = observe_after_copying
+  whole = interact(uninterrupted, mushrooms, stream, config, str(tmp_path / "whole"))
+  assert len(calls) == config.horizon and (tmp_path / "killed").is_dir()
   restarted = make_agent(agent_name, config, mushroom.NUM_FEATURES)
   resumed = interact(restarted, mushrooms, stream, config, str(tmp_path / "killed"))
   np.testing.assert_array_equal(resumed.actions, whole.actions)
