@@ -21,10 +21,14 @@ from tests.method_runs import MethodRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Batches of 32 and M = 2 samples: a LeNet-5 step's cost is its batch's, refinement's and
+# vi_equal_compute's steps cost M times a VI step's. With them every method still beats chance
+# by far (below) and each stage of the staircase gains ~10 standard errors of its 5-step ends
+# (measured: VI 92 %, MNF 90 %, the ensemble 90 %, VOGN 41 % accurate; stage gains 10,000 nats).
 TINY = dict(dataset="mnist", download=False, num_train_examples=1024,
-            num_test_examples=300, vi_steps=150, num_samples=3, num_auxiliary=3,
+            num_test_examples=300, vi_steps=150, num_samples=2, num_auxiliary=3,
             steps_per_auxiliary=20, mnf_steps=60, ensemble_members=2, ensemble_steps=60,
-            steps_per_checkpoint=100, batch_size=64)
+            steps_per_checkpoint=100, batch_size=32)
 
 
 @pytest.fixture(name="mnist_dir")
@@ -47,6 +51,10 @@ def method_runs(tmp_path_factory, data_dir_for):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_writes_its_metrics(method_runs, method):
+  """Every method end to end on MNIST. Catches: a method that does not learn (chance accuracy),
+  refinement that does not climb (ELBO_aux, the per-stage and whole-data staircases; planted:
+  refinement's steps descending the ELBO, fails), vi_equal_compute not given refinement's M K T
+  extra steps, a predictive worse than its members, metrics missing from results.json."""
   metrics, results = method_runs(method)
   output = method_runs.root / method
   assert results["benchmark"] == "image" and results["method"] == method
@@ -55,7 +63,8 @@ def test_every_method_writes_its_metrics(method_runs, method):
       "peak_memory_mb"] > 100
   # A few steps on 1,024 digits already beat chance (10 %, MLL log 0.1) by far. VOGN's 150 steps
   # at its default step size land anywhere from 18 % to 77 % here (10 seeds, with either normal
-  # sampler), so it is held to beating chance by 3 standard errors of 300 test digits.
+  # sampler, batches of 64; 41 % with this seed's batches of 32), so it is held to beating chance
+  # by 3 standard errors of 300 test digits.
   min_accuracy = 0.15 if issubclass(registry.method(method).config, VognConfig) else 0.5
   assert metrics["test_accuracy"] > min_accuracy and np.log(0.1) < metrics["test_mll"] < 0
   assert 0 <= metrics["ece"] < 1 and 0 <= metrics["brier"] < 1
@@ -69,15 +78,14 @@ def test_every_method_writes_its_metrics(method_runs, method):
         metrics["elbo_expected_log_likelihood"] - metrics["elbo_kl"], rel=1e-9)
     assert metrics["elbo_kl"] > 0 > metrics["elbo_expected_log_likelihood"]
   if method == "vi_equal_compute":
-    assert metrics["total_vi_steps"] == 150 + 3 * 3 * 20
+    assert metrics["total_vi_steps"] == 150 + 2 * 3 * 20
   if method in REFINED:
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert metrics["elbo_aux"] == pytest.approx(
         metrics["elbo_aux_expected_log_likelihood"] - metrics["elbo_aux_kl"], rel=1e-9)
     trace = pd.read_csv(output / figures.TRACE_FILENAME)
     assert len(trace) == 3 * 20 and list(trace.auxiliary_variable.unique()) == [1, 2, 3]
-    assert [c for c in trace.columns if c.startswith("member_")
-           ] == ["member_0", "member_1", "member_2"]
+    assert [c for c in trace.columns if c.startswith("member_")] == ["member_0", "member_1"]
     # The staircase: each auxiliary variable ends higher than the previous one ended.
     ends = trace.groupby("auxiliary_variable").elbo_aux_mean.apply(
         lambda v: v.iloc[-5:].mean()).to_numpy()
@@ -233,11 +241,12 @@ def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
           "num_train_examples": 0,
           "num_test_examples": 0,
           "method": "vi",
-          "vi_steps": 100
+          "vi_steps": 50
       })
   metrics = image_main.train_and_evaluate(config, str(tmp_path / "out"))
   assert metrics["num_train"] == 500 and metrics["num_test"] == 100
-  assert metrics["test_accuracy"] > 0.3  # the class sets the mean colour: learnable in 100 steps
+  # The class sets the mean colour: learnable in 50 steps (measured: all 100 test images right).
+  assert metrics["test_accuracy"] > 0.3
 
 
 def test_synthetic_cifar10_writer_binary(tmp_path):
@@ -311,7 +320,7 @@ def test_vi_optimisers_run_and_the_misso_figure_draws_them(tmp_path, tiny):
   for name, flags in (("misso", dict(vi_optimizer="misso", learning_rate=0.01)),
                       ("bbb", dict(vi_weight_noise="per_batch"))):
     config = ImageConfig(**{**tiny, "method": "vi", "vi_steps": 100, "steps_per_checkpoint": 50,
-                            **flags})
+                            "batch_size": 64, **flags})
     metrics = image_main.train_and_evaluate(config, str(tmp_path / "runs" / name))
     assert metrics["test_accuracy"] > 0.2, name   # chance: 0.1 (s.e. 0.017 on 300 digits)
   text = misso_figure.write_figure(str(tmp_path / "runs"), str(tmp_path))

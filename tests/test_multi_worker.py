@@ -1,5 +1,6 @@
 """One run across machines: --multi_worker trains as one device does, on two worker processes;
-and several replicas run the default flags (UCI's compiled loop) without a usage error.
+several replicas run the default flags (UCI's compiled loop) without a usage error; and ResNet-20
+on 2 replicas of one process trains as the one device the two workers are compared with.
 
 Each run starts two processes of a binary on localhost (loopback only), joined by $TF_CONFIG into
 a MultiWorkerMirroredStrategy of 2 replicas, one CPU each, both writing to one --output_dir as
@@ -11,7 +12,9 @@ workers on a shared filesystem would; every process is bounded in time. What is 
                loop on 2 logical CPUs; a bad $TF_CONFIG;
   image.main   the deep ensemble (LeNet-5s on a member axis) against one device;
   resnet.main  VI of ResNet-20 with batch norm (the statistics all-reduced over the workers, the
-               moving averages read across them in checkpoints and evaluation) against one device;
+               moving averages read across them in checkpoints and evaluation) and augmented
+               batches against one device, on two workers and on 2 replicas of one process
+               (MirroredStrategy), both against one run on one device;
   the library  a `TrainingLoop` whose workers' clocks disagree, reporting progress inside a chunk.
 
 Two workers give exactly the numbers of two replicas in one process (MirroredStrategy over 2
@@ -42,15 +45,16 @@ TINY = {
     "image": (["--dataset=mnist", "--nodownload", "--num_train_examples=256",
                "--num_test_examples=100", "--batch_size=64", "--ensemble_members=2",
                "--ensemble_steps=20", "--steps_per_checkpoint=100"], "mnist"),
-    # 2 Adam steps of 32 images (the learning rate steps down after the first); VI predicts with
-    # one weight draw, as the authors scored it.
+    # 2 Adam steps of 32 augmented images (the learning rate steps down after the first); VI
+    # predicts with one weight draw, as the authors scored it.
     "resnet": (["--dataset=fashion_mnist", "--nodownload", "--num_train_examples=64",
                 "--num_test_examples=32", "--batch_size=32", "--epochs=1", "--decay_epochs=0.5",
-                "--decay_factors=0.1", "--num_eval_samples=1", "--batchnorm"], "fashion_mnist"),
+                "--decay_factors=0.1", "--num_eval_samples=1", "--batchnorm",
+                "--data_augmentation"], "fashion_mnist"),
 }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tiny(data_dir_for):
   """tiny(binary): ["-m", "<binary>.main", its tiny flags], reading its data (or the test
   skips)."""
@@ -58,6 +62,23 @@ def tiny(data_dir_for):
     flags, dataset = TINY[binary]
     return ["-m", f"{binary}.main", *flags, f"--data_dir={data_dir_for(dataset)}"]
   return command
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory, tiny):
+  """one_device(binary, method): results.json of the binary's tiny run of `method` on one device
+  (uncompiled), made on first use and shared by the tests that compare with it."""
+  root, runs = tmp_path_factory.mktemp("one_device"), {}
+
+  def results(binary: str, method: str) -> dict:
+    if (binary, method) not in runs:
+      output = root / f"{binary}_{method}"
+      completed = _one_device(tiny(binary), f"--output_dir={output}", f"--method={method}",
+                              "--nojit_compile")
+      assert completed.returncode == 0, completed.stderr[-2000:]
+      runs[binary, method] = _results(output)
+    return runs[binary, method]
+  return results
 
 
 def _free_ports(count: int) -> list[int]:
@@ -129,7 +150,7 @@ def _check_like_one_device(recorded: dict, reference: dict, rtol: float = 1e-5) 
 
 @pytest.mark.parametrize("binary,method,rtol", [
     ("uci", "mnf", 1e-5), ("image", "deep_ensemble", 1e-5), ("resnet", "vi", 1e-4)])
-def test_two_workers_train_as_one_device(tmp_path, tiny, binary, method, rtol):
+def test_two_workers_train_as_one_device(tmp_path, tiny, one_device, binary, method, rtol):
   """Two worker processes end to end: one device's metrics (uncompiled on both).
 
   Catches: workers that each train on the whole batch (planted in the non-chief worker only:
@@ -148,20 +169,36 @@ def test_two_workers_train_as_one_device(tmp_path, tiny, binary, method, rtol):
   these runs are short. Measured test MLL differences: UCI MNF 0, the image ensemble 3e-8,
   ResNet-20 7e-6 (its ELBO's expected log-likelihood 1.2e-5; batch norm's all-reduced
   E[x^2] - E[x]^2, where one device computes E[(x - mean)^2], adds to it); hence 1e-5, and
-  for ResNet-20 1e-4, the tolerance of test_distribution's 2-replica ResNet-20 check.
+  for ResNet-20 1e-4, the tolerance of the 2-replica ResNet-20 check below.
   """
-  command = tiny(binary)
-  one = _one_device(command, f"--output_dir={tmp_path / 'one'}", f"--method={method}",
-                    "--nojit_compile")
-  assert one.returncode == 0, one.stderr[-2000:]
-  workers = _two_workers(command, f"--output_dir={tmp_path / 'two'}", f"--method={method}")
+  workers = _two_workers(tiny(binary), f"--output_dir={tmp_path / 'two'}", f"--method={method}")
   for worker in workers:
     assert worker.returncode == 0, worker.stderr[-2000:]
   if binary == "uci":   # the binary whose loop is compiled by default
     assert "uses the uncompiled loop" in workers[0].stderr
-  _check_like_one_device(_results(tmp_path / "two"), _results(tmp_path / "one"), rtol)
+  _check_like_one_device(_results(tmp_path / "two"), one_device(binary, method), rtol)
   scratch = [path for path in tmp_path.rglob("*") if "worker_checkpoint" in path.name]
   assert not scratch, scratch
+
+
+def test_resnet_on_two_replicas_of_one_process_matches_one_device(tmp_path, tiny, one_device):
+  """ResNet-20 end to end on 2 replicas of one process (MirroredStrategy over 2 logical CPUs),
+  its augmented batches split by rows: the one device's numbers that the two workers above are
+  compared with.
+
+  Catches: replicas augmenting alike (or each its own way). Batch norm's equivalence is also
+  test_distribution's library check (`batch_norm`).
+  """
+  two = subprocess.run(
+      [sys.executable, *tiny("resnet"), f"--output_dir={tmp_path}", "--method=vi", "--use_gpu",
+       "--num_cores=2"], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
+      env={**_environment(), "REFINED_VI_TEST_CPU_DEVICES": "2"})
+  assert two.returncode == 0, two.stderr[-2000:]
+  recorded = _results(tmp_path)
+  assert recorded["machine"]["replicas"] == 2 and recorded["flags"]["data_augmentation"]
+  for metric in ("test_mll", "elbo"):
+    np.testing.assert_allclose(recorded["metrics"][metric],
+                               one_device("resnet", "vi")["metrics"][metric], rtol=1e-4)
 
 
 def test_refined_vi_resumed_on_two_workers_ends_as_one_uninterrupted_device(tmp_path, tiny):

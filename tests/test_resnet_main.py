@@ -1,5 +1,4 @@
 """The ResNet-20 binary end to end at tiny scale: every method, epochs, resume, bad input."""
-import json
 import os
 import subprocess
 import sys
@@ -10,20 +9,25 @@ import pytest
 from auxiliary_sampling import member_convolution
 from resnet import main as resnet_main
 from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
+from tests.method_runs import MethodRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# 4 steps of 32 an epoch; refinement M = 2, K = 2, T = 2.
-TINY = dict(dataset="fashion_mnist", download=False, num_train_examples=128,
-            num_test_examples=64, batch_size=32, epochs=1, decay_epochs=(0.5,),
+# 2 steps of 32 an epoch, 2 epochs, the learning rate stepped down after step 3 (so that a run
+# killed after epoch 1 resumes before the step); refinement M = 2, K = 2, T = 2.
+TINY = dict(dataset="fashion_mnist", download=False, num_train_examples=64,
+            num_test_examples=64, batch_size=32, epochs=2, decay_epochs=(1.5,),
             decay_factors=(0.1,), num_samples=2, num_auxiliary=2, steps_per_auxiliary=2,
             ensemble_members=2, batchnorm=True)
 
 
-@pytest.fixture(name="tiny")
-def _tiny(data_dir_for):
-  """TINY reading Fashion-MNIST from the data folder."""
-  return dict(TINY, data_dir=data_dir_for("fashion_mnist"))
+@pytest.fixture(scope="module")
+def method_runs(tmp_path_factory, data_dir_for):
+  """Every method's run of TINY, made once and shared by the tests below (refined_vi and
+  vi_equal_compute from the VI fit of the vi run)."""
+  return MethodRuns(resnet_main.train_and_evaluate, ResNetConfig,
+                    tmp_path_factory.mktemp("methods"), data_dir=data_dir_for("fashion_mnist"),
+                    **TINY)
 
 
 def test_epochs_give_the_papers_steps_and_schedule():
@@ -41,65 +45,72 @@ def test_epochs_give_the_papers_steps_and_schedule():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_writes_its_metrics(tmp_path, method, tiny):
-  # vi: the full model, scored as the authors scored it, by one weight sample.
-  config = ResNetConfig(method=method, variational="full" if method == "vi" else "hybrid",
-                        num_eval_samples=1 if method == "vi" else 0, **tiny)
-  metrics = resnet_main.train_and_evaluate(config, str(tmp_path))
-  recorded = json.loads((tmp_path / "results.json").read_text())
+def test_every_method_writes_its_metrics(method_runs, method):
+  """Every method end to end on ResNet-20 with batch norm. Catches: a method that fails to run
+  or writes non-finite metrics, a predictive worse than its members, refinement without its
+  figure, vi_equal_compute not given refinement's M K T extra steps."""
+  metrics, recorded = method_runs(method)
   assert recorded["benchmark"] == "resnet" and recorded["flags"]["batchnorm"] is True
-  assert metrics["num_train"] == 128 and 0 <= metrics["test_accuracy"] <= 1
+  assert recorded["metrics"] == pytest.approx(metrics)
+  assert metrics["num_train"] == 64 and 0 <= metrics["test_accuracy"] <= 1
   assert np.isfinite(metrics["test_mll"]) and np.isfinite(metrics["ece"])
-  if method == "vi":   # one sample: the predictive is that sample
-    assert metrics["test_mll"] == pytest.approx(metrics["member_test_mll"], rel=1e-6)
-  else:                # two samples (members) average to an MLL no worse than each (Jensen)
-    assert metrics["test_mll"] >= metrics["member_test_mll"] - 1e-9
+  # Two samples (members) average to an MLL no worse than each (Jensen).
+  assert metrics["test_mll"] >= metrics["member_test_mll"] - 1e-9
   if method in ("vi", "refined_vi", "vi_equal_compute"):
     assert np.isfinite(metrics["elbo"])
   if method == "refined_vi":
     assert np.isfinite(metrics["elbo_aux"])
-    assert (tmp_path / "figure4_elbo_aux.png").exists()
+    assert (method_runs.root / method / "figure4_elbo_aux.png").exists()
   if method == "vi_equal_compute":
     assert metrics["total_vi_steps"] == 4 + 2 * 2 * 2
 
 
+def test_full_variational_vi_scored_by_one_weight_sample_is_that_sample(tmp_path, method_runs):
+  """VI of the full variational ResNet (both convolutions of every block Bayesian), scored as
+  the authors scored it, by one weight sample: the predictive is that sample. Catches
+  --num_eval_samples not reaching the predictive (planted: eval_samples() ignoring it; fails)."""
+  metrics, recorded = method_runs.run("vi", tmp_path, variational="full", num_eval_samples=1,
+                                      vi_checkpoint_dir=None)
+  assert recorded["flags"]["variational"] == "full" and np.isfinite(metrics["elbo"])
+  assert metrics["test_mll"] == pytest.approx(metrics["member_test_mll"], rel=1e-6)
+
+
 @pytest.mark.parametrize("method", ["refined_vi", "deep_ensemble"])
 def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_path, monkeypatch,
-                                                                            method, tiny):
+                                                                            method, method_runs):
   """Refinement and the ensemble train their member ResNets with per-member convolution gradients.
 
   Catches: 'Gradients for grouped convolutions are not supported on CPU'.
   Both methods stack their members' convolutions into one grouped
   convolution, whose gradients TensorFlow's default CPU kernels refuse; they
   stopped at their first step on CPUs where TensorFlow leaves oneDNN off (an
-  AVX2-only AMD EPYC) and ran where it is on. Pretending every machine is such
-  a CPU exercises that path here too.
+  AVX2-only AMD EPYC) and ran where it is on. On such a CPU the module's
+  shared runs are such runs; elsewhere pretending every machine is one
+  exercises that path here too (refinement from the shared VI fit).
   """
-  monkeypatch.setattr(member_convolution, "grouped_conv_gradients_supported", lambda: False)
-  settings = {**tiny, "num_train_examples": 64, "num_test_examples": 32, "num_auxiliary": 1,
-              "steps_per_auxiliary": 1, "stage_elbo_aux": False}
-  metrics = resnet_main.train_and_evaluate(ResNetConfig(method=method, **settings), str(tmp_path))
+  if member_convolution.grouped_conv_gradients_supported():
+    monkeypatch.setattr(member_convolution, "grouped_conv_gradients_supported", lambda: False)
+    metrics, _ = method_runs.run(method, tmp_path, num_auxiliary=1, steps_per_auxiliary=1,
+                                 stage_elbo_aux=False)
+  else:
+    metrics, _ = method_runs(method)
   assert np.isfinite(metrics["test_mll"])
   if method == "refined_vi":
     assert np.isfinite(metrics["elbo_aux"])
 
 
-def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, tiny):
-  """Training killed after epoch 1 of 2 and rerun ends where an uninterrupted run ends.
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, method_runs):
+  """Training killed after epoch 1 of 2 and rerun ends where an uninterrupted run (the shared vi
+  run) ends.
 
   Catches: batch norm's moving statistics, the Adam state or the schedule's
   position lost in the per-epoch checkpoint.
   """
-  settings = {**{k: v for k, v in tiny.items() if k != "epochs"}, "method": "vi",
-              "decay_epochs": (1.5,), "num_test_examples": 32}
-  whole = resnet_main.train_and_evaluate(ResNetConfig(**settings, epochs=2),
-                                         str(tmp_path / "whole"))
+  whole, _ = method_runs("vi")
   checkpoints = str(tmp_path / "resumed_checkpoints")
-  resnet_main.train_and_evaluate(ResNetConfig(**settings, epochs=1, vi_checkpoint_dir=checkpoints),
-                                 str(tmp_path / "killed"))
-  resumed = resnet_main.train_and_evaluate(
-      ResNetConfig(**settings, epochs=2, vi_checkpoint_dir=checkpoints), str(tmp_path / "resumed"))
-  assert resumed["vi_resumed_from_step"] == 4
+  method_runs.run("vi", tmp_path / "killed", epochs=1, vi_checkpoint_dir=checkpoints)
+  resumed, _ = method_runs.run("vi", tmp_path / "resumed", vi_checkpoint_dir=checkpoints)
+  assert resumed["vi_resumed_from_step"] == 2
   for name in ("test_mll", "elbo"):
     assert resumed[name] == pytest.approx(whole[name], rel=1e-5), name
 

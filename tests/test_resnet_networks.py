@@ -96,12 +96,15 @@ def test_l2_penalty_is_per_member():
     np.testing.assert_allclose(penalty[member], expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "full"])
-def test_every_variational_parameter_trains_and_the_kl_falls(mode):
-  """The TF2 trap: scales derived once from softplus(variable) freeze; every parameter must move."""
+def test_every_variational_parameter_trains_and_the_kl_falls():
+  """The TF2 trap: scales derived once from softplus(variable) freeze; every parameter must move.
+
+  On the full variational ResNet, which has every kind of variable the hybrid one has (Flipout
+  convolutions, strided ones too, deterministic convolutions, batch norm, the Bayesian head).
+  """
   images = tf.random.stateless_normal([64, 16, 16, 3], seed=[5, 6])
   labels = tf.range(64) % 10
-  model = ResNet20(mode, batchnorm=True, untransformed_scale_init=-3.0)
+  model = ResNet20("full", batchnorm=True, untransformed_scale_init=-3.0)
   model(images[:1])
   before = [v.numpy().copy() for v in model.trainable_variables]
   kl_before = float(model_kl(model))
