@@ -118,9 +118,6 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
   Every chain adapts its own step size: at large tau the eta posterior is narrow
   (sigma_i / tau), and a step size tuned on the typical set is unstable there, so
   with one shared step size a chain started at tau ~ 40 never moved.
-  The sampler runs as one XLA computation: NUTS's tree building is many small ops a step, which
-  graph mode ran at ~0.09 s a step on a loaded 2-core machine (the binary's 3,000 steps ~270 s);
-  XLA compiles it in ~30 s there, and 1,600 steps then took under a second more than 800.
   """
   step_size = [
       tf.fill([num_chains], tf.constant(0.3, tf.float64)),
@@ -135,7 +132,7 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
                                       dtype=tf.float64)
   initial = [5.0 * starts[:, 0], 1.0 + starts[:, 1], starts[:, 2:]]
 
-  @tf.function(jit_compile=True)
+  @tf.function
   def sample():
     return tfp.mcmc.sample_chain(
         num_results=num_draws, num_burnin_steps=num_burnin, current_state=initial, kernel=kernel,
