@@ -28,10 +28,11 @@ class ElboTerms:
 
 
 def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
-                  batch_size: int = 1024, num_samples: int = 1) -> np.ndarray:
+                  batch_size: int = 1024, num_samples: int = 1,
+                  description: str = "ELBO estimate") -> np.ndarray:
   """Whole-dataset ELBO, sum_n E_q log p(y_n | x_n, w) - KL, one value per member."""
   return estimate_elbo_terms(model, inputs, labels, log_likelihood_fn, batch_size,
-                             num_samples).elbo
+                             num_samples, description).elbo
 
 
 def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,

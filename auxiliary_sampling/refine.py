@@ -232,7 +232,7 @@ class Refiner(tf.Module):
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
     initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
-                                 elbo_num_samples)
+                                 elbo_num_samples, "ELBO estimate of the members before refinement")
     stage_data = _stage_subset(inputs, labels, stage_elbo_examples)
 
     def stage_elbo() -> np.ndarray:
@@ -240,10 +240,11 @@ class Refiner(tf.Module):
       with _rewound_noise(members):
         if stage_data is None:
           return estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
-                               elbo_num_samples)
+                               elbo_num_samples, "stage ELBO_aux estimate")
         subset_inputs, subset_labels, scale = stage_data
         terms = estimate_elbo_terms(members, subset_inputs, subset_labels,
-                                    self.log_likelihood_fn, elbo_batch_size, elbo_num_samples)
+                                    self.log_likelihood_fn, elbo_batch_size, elbo_num_samples,
+                                    "stage ELBO_aux estimate")
         return scale * terms.expected_log_likelihood - terms.kl
     stage_start = stage_elbo() if stage_elbo_aux and stage_data is not None else None
     cumulative_log_ratio = np.zeros([self.num_samples], np.float64)
@@ -284,7 +285,8 @@ class Refiner(tf.Module):
         stage_seconds += time.perf_counter() - measured
     refine_seconds = time.perf_counter() - optimise_started - stage_seconds
     final_terms = estimate_elbo_terms(members, inputs, labels, self.log_likelihood_fn,
-                                      elbo_batch_size, elbo_num_samples)
+                                      elbo_batch_size, elbo_num_samples,
+                                      "ELBO estimate of the refined members")
     kl_aux = final_terms.kl + cumulative_log_ratio
     elbo_aux = final_terms.expected_log_likelihood - kl_aux
     trace = np.concatenate(traces) if traces else np.zeros([0, self.num_samples], np.float32)

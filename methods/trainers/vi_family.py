@@ -156,7 +156,8 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
     metrics["total_vi_steps"] = int(trainer.step.numpy())
   # The ELBO and its two terms, so that a change of the bound says what it is made of.
   terms = estimate_elbo_terms(model, inputs, labels, log_likelihood_fn,
-                              num_samples=config.elbo_num_samples)
+                              num_samples=config.elbo_num_samples,
+                              description=f"ELBO estimate of the {trainer_name} posterior")
   metrics.update(elbo=float(terms.elbo),
                  elbo_expected_log_likelihood=float(terms.expected_log_likelihood),
                  elbo_kl=float(terms.kl))
