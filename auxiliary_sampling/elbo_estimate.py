@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +28,15 @@ class ElboTerms:
     return self.expected_log_likelihood - self.kl
 
 
+@dataclasses.dataclass(frozen=True)
+class PartialEstimate:
+  """How far a whole-dataset estimate has got: the loop's batches done (over samples and
+  batches) and their summed log-likelihood, one value per member (float64)."""
+
+  batches_done: int
+  summed: np.ndarray
+
+
 def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
                   batch_size: int = 1024, num_samples: int = 1,
                   description: str = "ELBO estimate") -> np.ndarray:
@@ -37,7 +47,10 @@ def estimate_elbo(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikeli
 
 def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: LogLikelihoodFn,
                         batch_size: int = 1024, num_samples: int = 1,
-                        description: str = "ELBO estimate") -> ElboTerms:
+                        description: str = "ELBO estimate", *,
+                        resume_from: Optional[PartialEstimate] = None,
+                        after_piece: Optional[Callable[[PartialEstimate], None]] = None
+                        ) -> ElboTerms:
   """The whole-dataset ELBO's expected log-likelihood and KL, one value per member.
 
   Apart, they say what a change of the ELBO is made of: a better fit of the
@@ -56,14 +69,28 @@ def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: Log
   `progress.PROGRESS_SECONDS`; the pieces add the same numbers in the same order
   as one loop would, and draw the same noise (the stream's counter advances once
   per batch whatever the piece).
+
+  A long estimate can be interrupted and resumed: `after_piece(partial)` is called
+  after every piece but the last (a caller checkpoints the model's noise streams
+  with it), and `resume_from` continues from such a partial sum, the model's noise
+  streams standing where they stood then; the result is the uninterrupted
+  estimate's bit for bit (tested).
   """
   num_samples = check_integer("num_samples", num_samples)
   inputs, labels = check_data(inputs, labels)
   num_batches = -(-int(inputs.shape[0]) // batch_size)
   total_batches = num_samples * num_batches
   summed = tf.zeros_like(model_kl(model), dtype=tf.float64)
-  log = progress.ProgressLog(description, total_batches)
   done, seconds_per_batch = 0, None
+  if resume_from is not None:
+    done = check_integer("resume_from.batches_done", resume_from.batches_done, minimum=0)
+    if done >= total_batches or np.shape(resume_from.summed) != tuple(summed.shape):
+      raise ValueError(f"cannot resume an estimate of {total_batches} batches and "
+                       f"{summed.shape} members from {done} batches done and a sum of shape "
+                       f"{np.shape(resume_from.summed)}")
+    summed = tf.constant(resume_from.summed, tf.float64)
+  summed_value = summed.numpy()
+  log = progress.ProgressLog(description, total_batches, start_step=done)
   while done < total_batches:
     # The first piece is one batch (it traces); then pieces of about PROGRESS_SECONDS each.
     piece = 1 if seconds_per_batch is None else max(
@@ -78,6 +105,8 @@ def estimate_elbo_terms(model: tf.Module, inputs, labels, log_likelihood_fn: Log
     done += piece
     if done < total_batches and log.due(progress.PROGRESS_SECONDS):
       log.log(done)
+    if done < total_batches and after_piece is not None:
+      after_piece(PartialEstimate(batches_done=done, summed=summed_value))
   if log.previous_step:   # a long estimate says when it ends too
     log.log(done)
   return ElboTerms(expected_log_likelihood=summed_value / num_samples,

@@ -22,9 +22,10 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
-from auxiliary_sampling.elbo_estimate import (estimate_elbo, estimate_elbo_terms,
-                                              trace_elbo_estimate)
+from auxiliary_sampling.elbo_estimate import (ElboTerms, PartialEstimate, estimate_elbo,
+                                              estimate_elbo_terms, trace_elbo_estimate)
 from auxiliary_sampling.adam import Adam
 from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
 from auxiliary_sampling.graph_loops import graph_function
@@ -34,6 +35,9 @@ from auxiliary_sampling.model_parameters import (layers_of, mean_field_parameter
                                                   num_members_of)
 from auxiliary_sampling.noise import MemberNoise
 from auxiliary_sampling.progress import ProgressLog
+from auxiliary_sampling.refinement_checkpoint import (FINAL_ESTIMATE, INITIAL_ESTIMATE,
+                                                      RefinementCheckpoint, RefinementProgress,
+                                                      model_digest)
 from auxiliary_sampling.refinement_result import RefinementResult
 from auxiliary_sampling.schedule import (PAPER_NUM_AUXILIARY, PAPER_STEPS_PER_AUXILIARY,
                                          PAPER_VARIANCE_RATIO, AuxiliarySchedule)
@@ -109,6 +113,12 @@ class Refiner(tf.Module):
     self.inputs, self.labels = (None, None) if batches is not None and inputs is None else (
         check_data(inputs, labels))
     self.log_likelihood_fn = log_likelihood_fn
+    # What shapes a refinement besides `refine`'s arguments (recorded in its checkpoints).
+    self.settings = dict(num_samples=self.num_samples, member_offset=self.member_offset,
+                         total_members=self.total_members, batch_size=int(batch_size),
+                         weight_noise=weight_noise, refit_deterministic=bool(refit_deterministic),
+                         penalty=penalty_fn is not None,
+                         input_transform=input_transform is not None)
     self.members = model_fn(self.num_samples)
     if batches is None:
       batches = UniformBatches(self.inputs, self.labels, batch_size)
@@ -210,7 +220,9 @@ class Refiner(tf.Module):
              learning_rate_rule: str = "paper",
              learning_rates: Optional[list[float]] = None, seed: int = 0,
              elbo_batch_size: int = 1024, elbo_num_samples: int = 1,
-             stage_elbo_aux: bool = False, stage_elbo_examples: int = 0) -> RefinementResult:
+             stage_elbo_aux: bool = False, stage_elbo_examples: int = 0,
+             checkpoint_dir: Optional[str] = None, checkpoint_seconds: float = 600.0,
+             after_checkpoint: Optional[Callable[[str], None]] = None) -> RefinementResult:
     """`num_samples` refined samples from `trained_model`; the arguments are `refine()`'s."""
     self._check_whole_data()
     stage_elbo_examples = check_integer("stage_elbo_examples", stage_elbo_examples, minimum=0)
@@ -231,8 +243,44 @@ class Refiner(tf.Module):
     self.reseed(*stream_seeds(seed))
     for dtype in {p.remaining_prior_fraction.dtype for p in self.parameters}:
       schedule.check_dtype(dtype)
-    initial_elbo = estimate_elbo(members, inputs, labels, self.log_likelihood_fn, elbo_batch_size,
-                                 elbo_num_samples, "ELBO estimate of the members before refinement")
+    num_auxiliary = schedule.num_auxiliary
+    checkpoint, state = None, None
+    if checkpoint_dir is not None:
+      arguments = dict(
+          self.settings, variance_fractions=[float(f) for f in schedule.variance_fractions],
+          steps_per_auxiliary=steps_per_auxiliary,
+          learning_rates=[float(rate) for rate in learning_rates], seed=int(seed),
+          elbo_batch_size=int(elbo_batch_size), elbo_num_samples=int(elbo_num_samples),
+          stage_elbo_aux=bool(stage_elbo_aux), stage_elbo_examples=stage_elbo_examples,
+          trained_model=model_digest(trained_model))
+      checkpoint = RefinementCheckpoint(
+          self, checkpoint_dir, arguments, checkpoint_seconds=checkpoint_seconds,
+          after_save=after_checkpoint,
+          timed_saves=not isinstance(self.loop.strategy, tf.distribute.MultiWorkerMirroredStrategy))
+      state = checkpoint.restore()
+    resumed_from = None if state is None else state.label
+    if resumed_from is not None:
+      logging.info("refinement resumes from its checkpoint, after %s", resumed_from)
+    state = state or RefinementProgress(self.num_samples)
+    seconds_before = state.elapsed_seconds
+
+    def save(label: str) -> None:
+      if checkpoint is not None:
+        state.elapsed_seconds = seconds_before + time.perf_counter() - started
+        checkpoint.save(state, label)
+
+    def whole_data_terms(which: str, description: str) -> ElboTerms:
+      """A whole-dataset estimate that resumes where a save inside it left off."""
+      def after_piece(partial: PartialEstimate) -> None:
+        if checkpoint is not None and checkpoint.due():
+          state.estimate_of, state.estimate = which, partial
+          save(f"{description}, batch {partial.batches_done:,}")
+      terms = estimate_elbo_terms(members, inputs, labels, self.log_likelihood_fn,
+                                  elbo_batch_size, elbo_num_samples, description,
+                                  resume_from=state.resume_point(which), after_piece=after_piece)
+      state.estimate_of, state.estimate = "", None
+      return terms
+
     stage_data = _stage_subset(inputs, labels, stage_elbo_examples)
 
     def stage_elbo() -> np.ndarray:
@@ -246,51 +294,63 @@ class Refiner(tf.Module):
                                     self.log_likelihood_fn, elbo_batch_size, elbo_num_samples,
                                     "stage ELBO_aux estimate")
         return scale * terms.expected_log_likelihood - terms.kl
-    stage_start = stage_elbo() if stage_elbo_aux and stage_data is not None else None
-    cumulative_log_ratio = np.zeros([self.num_samples], np.float64)
-    log_ratios, traces, stage_values, optimise_seconds, condition_seconds = [], [], [], [], []
-    stage_seconds = 0.0
-    optimise_started = time.perf_counter()
+
+    if state.initial_elbo is None:
+      state.initial_elbo = whole_data_terms(
+          INITIAL_ESTIMATE, "ELBO estimate of the members before refinement").elbo
+      save("the members' ELBO estimate before refinement")
+    if stage_elbo_aux and stage_data is not None and state.stage_start is None:
+      measured = time.perf_counter()
+      state.stage_start = stage_elbo()
+      state.stage_seconds += time.perf_counter() - measured
+      save("the stage subset's ELBO estimate before refinement")
     progress = ProgressLog(f"refinement of {self.num_samples} members",
-                           schedule.num_auxiliary * steps_per_auxiliary, value_name="ELBO_aux")
-    for stage, (fraction,
-                learning_rate) in enumerate(zip(schedule.variance_fractions, learning_rates), 1):
+                           num_auxiliary * steps_per_auxiliary,
+                           start_step=state.stages_done * steps_per_auxiliary,
+                           value_name="ELBO_aux")
+    for stage in range(state.stages_done + 1, num_auxiliary + 1):
+      fraction, learning_rate = schedule.variance_fractions[stage - 1], learning_rates[stage - 1]
+      stage_began = time.perf_counter()
       # Both fractions in float64, exact remainder included: the model casts them to its dtype.
-      condition_started = time.perf_counter()
       log_ratio = self._condition(tf.constant(fraction, tf.float64),
                                   tf.constant(schedule.remaining_fraction(stage), tf.float64))
       log_ratio = log_ratio.numpy().astype(np.float64)
-      condition_seconds.append(time.perf_counter() - condition_started)
-      cumulative_log_ratio += log_ratio
-      log_ratios.append(log_ratio)
+      state.condition_seconds.append(time.perf_counter() - stage_began)
+      state.cumulative_log_ratio += log_ratio
+      state.log_ratios.append(log_ratio)
+      stage_name = f"auxiliary variable {stage}/{num_auxiliary}"
       if steps_per_auxiliary:
-        stage_started = time.perf_counter()
-        stage_name = f"auxiliary variable {stage}/{schedule.num_auxiliary}"
+        optimise_began = time.perf_counter()
         stage_first_step = (stage - 1) * steps_per_auxiliary
 
         def report(done: int, trace: np.ndarray, first_step: int = stage_first_step,
                    stage_name: str = stage_name) -> None:
           """A progress line inside a long stage (about every 30 s)."""
           progress.log(first_step + done, float(np.mean(trace[-20:])), stage=stage_name)
-        traces.append(self.loop.maximize(steps_per_auxiliary, learning_rate,
-                                         elbo_offset=cumulative_log_ratio,
-                                         reset_optimizer=True, progress=report))
-        optimise_seconds.append(time.perf_counter() - stage_started)
-        progress.log(stage * steps_per_auxiliary, float(np.mean(traces[-1][-20:])),
+        state.traces.append(self.loop.maximize(
+            steps_per_auxiliary, learning_rate, elbo_offset=state.cumulative_log_ratio,
+            reset_optimizer=True, progress=report))
+        state.optimise_seconds.append(time.perf_counter() - optimise_began)
+        progress.log(stage * steps_per_auxiliary, float(np.mean(state.traces[-1][-20:])),
                      stage=stage_name)
+      stage_ended = time.perf_counter()
+      state.refine_seconds += stage_ended - stage_began
       # On the whole data, the last stage's is the final estimate below.
-      if stage_elbo_aux and (stage < schedule.num_auxiliary or stage_data is not None):
-        measured = time.perf_counter()
-        stage_values.append(stage_elbo() - cumulative_log_ratio)
-        stage_seconds += time.perf_counter() - measured
-    refine_seconds = time.perf_counter() - optimise_started - stage_seconds
-    final_terms = estimate_elbo_terms(members, inputs, labels, self.log_likelihood_fn,
-                                      elbo_batch_size, elbo_num_samples,
-                                      "ELBO estimate of the refined members")
-    kl_aux = final_terms.kl + cumulative_log_ratio
+      if stage_elbo_aux and (stage < num_auxiliary or stage_data is not None):
+        state.stage_values.append(stage_elbo() - state.cumulative_log_ratio)
+        state.stage_seconds += time.perf_counter() - stage_ended
+      save(stage_name)
+    if state.final_terms is None:
+      state.final_terms = whole_data_terms(FINAL_ESTIMATE, "ELBO estimate of the refined members")
+      save("the refined members' ELBO estimate")
+    final_terms = state.final_terms
+    kl_aux = final_terms.kl + state.cumulative_log_ratio
     elbo_aux = final_terms.expected_log_likelihood - kl_aux
-    trace = np.concatenate(traces) if traces else np.zeros([0, self.num_samples], np.float32)
-    timings = {"refine_seconds": refine_seconds, "total_seconds": time.perf_counter() - started}
+    trace = (np.concatenate(state.traces) if state.traces
+             else np.zeros([0, self.num_samples], np.float32))
+    timings = {"refine_seconds": state.refine_seconds,
+               "total_seconds": seconds_before + time.perf_counter() - started}
+    optimise_seconds, condition_seconds = state.optimise_seconds, state.condition_seconds
     if len(optimise_seconds) > 1:
       # Every stage runs the same compiled conditioning and loop for the same steps; only the
       # first traces them (in a Refiner's first call).
@@ -298,15 +358,17 @@ class Refiner(tf.Module):
           max(0.0, seconds[0] - float(np.median(seconds[1:])))
           for seconds in (optimise_seconds, condition_seconds))
     if stage_elbo_aux:
-      timings["stage_elbo_seconds"] = stage_seconds
+      timings["stage_elbo_seconds"] = state.stage_seconds
+    stage_values = list(state.stage_values)
     return RefinementResult(
-        model=members, elbo_aux=elbo_aux, initial_elbo=initial_elbo,
-        log_ratios=np.stack(log_ratios), trace=trace, learning_rates=list(learning_rates),
+        model=members, elbo_aux=elbo_aux, initial_elbo=state.initial_elbo,
+        log_ratios=np.stack(state.log_ratios), trace=trace, learning_rates=list(learning_rates),
         timings=timings,
-        stage_elbo_aux=(None if not stage_elbo_aux else np.stack(stage_values) if stage_start
+        stage_elbo_aux=(None if not stage_elbo_aux else np.stack(stage_values) if state.stage_start
                         is not None else np.stack(stage_values + [elbo_aux])),
-        stage_elbo_start=stage_start,
-        expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux)
+        stage_elbo_start=state.stage_start,
+        expected_log_likelihood=final_terms.expected_log_likelihood, kl_aux=kl_aux,
+        resumed_from=resumed_from)
 
 
 def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
@@ -321,7 +383,9 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
            refit_deterministic: bool = False,
            penalty_fn: Optional[Callable[[tf.Module], tf.Tensor]] = None,
            input_transform: Optional[InputTransform] = None,
-           loop_settings: LoopSettings = LoopSettings()) -> RefinementResult:
+           loop_settings: LoopSettings = LoopSettings(),
+           checkpoint_dir: Optional[str] = None, checkpoint_seconds: float = 600.0,
+           after_checkpoint: Optional[Callable[[str], None]] = None) -> RefinementResult:
   """Draws `num_samples` refined posterior samples (paper Algorithm 1).
 
   Args:
@@ -365,6 +429,14 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
     input_transform: augments every optimisation batch (as VI's training
       did); the ELBO estimates use the data as given.
     loop_settings: how the optimisation's loop runs (its `for_refinement()`).
+    checkpoint_dir: if given, the refinement saves its state there after each
+      whole-dataset estimate and each auxiliary variable, and every
+      `checkpoint_seconds` inside a whole-dataset estimate, and a call whose
+      arguments match resumes from it (`refinement_checkpoint`): the result is
+      the uninterrupted refinement's bit for bit. A checkpoint made with other
+      arguments, or from another trained model, is a ValueError.
+    after_checkpoint: called with a description of where the refinement
+      stands after every save (to log it, or to stop there).
   """
   started = time.perf_counter()
   refiner = Refiner(model_fn, inputs, labels, log_likelihood_fn, num_samples=num_samples,
@@ -376,6 +448,8 @@ def refine(model_fn: ModelFn, trained_model: tf.Module, inputs, labels,
                           learning_rate_rule=learning_rate_rule, learning_rates=learning_rates,
                           seed=seed, elbo_batch_size=elbo_batch_size,
                           elbo_num_samples=elbo_num_samples, stage_elbo_aux=stage_elbo_aux,
-                          stage_elbo_examples=stage_elbo_examples)
+                          stage_elbo_examples=stage_elbo_examples,
+                          checkpoint_dir=checkpoint_dir, checkpoint_seconds=checkpoint_seconds,
+                          after_checkpoint=after_checkpoint)
   result.timings["total_seconds"] = time.perf_counter() - started   # building the members too
   return result

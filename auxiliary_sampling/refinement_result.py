@@ -37,6 +37,8 @@ class RefinementResult:
   # q_K(w | a_1..K), and KL(q_K || p(w | a_1..K)) plus the log ratios (elbo_aux = their difference).
   expected_log_likelihood: Optional[np.ndarray] = None
   kl_aux: Optional[np.ndarray] = None
+  # refine() with a checkpoint directory: where it resumed from (None: from the start).
+  resumed_from: Optional[str] = None
 
   @property
   def elbo_aux_estimate(self) -> float:

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 # VOGN's mean-field model and the particles.
 VI, EXTRA_VI, MNF, ENSEMBLE, VOGN, PARTICLES = ("vi", "extra_vi", "mnf", "deep_ensemble", "vogn",
                                                 "particles")
+# The checkpoint of a refinement in progress (refined_vi, refined_vogn): every setting that shapes
+# a run's results shapes it (`common.config.Config.identity()`).
+REFINEMENT = "refinement"
 
 
 @dataclasses.dataclass

@@ -20,8 +20,10 @@ from common.distribution import writes_run_files
 from common.results import write_json_atomically
 
 SETTINGS_FILENAME = "settings.json"
-# What methods.trainers.training writes: tf.train.CheckpointManager's files and the trace.
-CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp")
+# What methods.trainers.training and auxiliary_sampling.refinement_checkpoint write:
+# tf.train.CheckpointManager's files, the trace, a refinement's progress, files half-written.
+CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp",
+                            "refinement_progress-*.npz", ".tmp-*")
 
 
 def _checkpoint_files(checkpoint_dir: str) -> list[str]:

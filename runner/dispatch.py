@@ -20,7 +20,7 @@ from common.config import absent_values
 from common.distribution import writes_run_files
 from common.results import RESULTS_FILENAME, write_results
 from methods import registry
-from methods.registry import VI, VOGN, MethodRun, Networks, TrainingInputs
+from methods.registry import REFINEMENT, VI, VOGN, MethodRun, Networks, TrainingInputs
 
 __all__ = ["checkpoint_dir_of", "train_method", "write_method_results"]
 
@@ -33,7 +33,9 @@ def checkpoint_dir_of(config: MethodConfig, trainer: str, output_dir: str) -> st
     directory = os.path.join(config.vi_checkpoint_dir, VOGN)
   else:
     directory = os.path.join(output_dir, "checkpoints", trainer)
-  claim_checkpoint_dir(directory, config.identity(trainer), config.replace_mismatched,
+  # A refinement starts from VI's (or VOGN's) state and is shaped by its own settings too.
+  identity = config.identity(None if trainer == REFINEMENT else trainer)
+  claim_checkpoint_dir(directory, identity, config.replace_mismatched,
                        absent_values(config))
   return directory
 

@@ -33,7 +33,7 @@ from methods.trainers.vi import MeanFieldTrainer
 from methods.trainers.vogn import VognTrainer
 from methods import network_kinds
 from methods.loop_settings import loop_settings_of
-from methods.registry import EXTRA_VI, VI, VOGN, MethodRun, TrainingInputs
+from methods.registry import EXTRA_VI, REFINEMENT, VI, VOGN, MethodRun, TrainingInputs
 
 # What follows the fit: predict with posterior draws, refine samples, or train VI further.
 CONTINUATIONS = PREDICT, REFINE, TRAIN_FURTHER = ("predict", "refine", "train_further")
@@ -80,7 +80,8 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
   `config` holds the binary's settings (the method's among them);
   `model_fn(num_members)` builds the benchmark's mean-field architecture;
   `checkpoint_dir_fn(trainer)` gives the checkpoint directory of "vi",
-  "extra_vi" and "vogn" (default: under `output_dir/checkpoints`); `penalty` (per
+  "extra_vi", "vogn" and "refinement" (default: under `output_dir/checkpoints`;
+  a refinement resumes from its own after an interruption); `penalty` (per
   example) of the point-estimated weights is subtracted N-fold from VI's
   objective, and from refinement's when it refits them; `input_transform`
   augments every training batch of VI and refinement.
@@ -114,8 +115,10 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
                                optimizer=config.vi_optimizer, momentum=config.vi_momentum,
                                weight_noise=config.vi_weight_noise, loop_settings=loop_settings)
   vi_steps = config.num_steps(VI, num_examples)
-  build_refiner = None
+  build_refiner, refinement_dir = None, None
   if then == REFINE:
+    # Claimed before VI trains, so that a mismatch is found at once, not hours later.
+    refinement_dir = checkpoint_dir_fn(REFINEMENT)
     if penalty is not None and config.refit_deterministic:
       def penalty_fn(members):
         return num_examples * penalty(members)
@@ -170,7 +173,9 @@ def run_vi_family(config, model_fn: Callable[[Optional[int]], tf.Module], inputs
         steps_per_auxiliary=config.steps_per_auxiliary,
         learning_rate_rule=config.refine_learning_rate_rule, seed=config.seed,
         elbo_num_samples=config.elbo_num_samples, stage_elbo_aux=config.stage_elbo_aux,
-        stage_elbo_examples=config.stage_elbo_aux_examples)
+        stage_elbo_examples=config.stage_elbo_aux_examples,
+        checkpoint_dir=refinement_dir)
+    metrics["refinement_resumed_from"] = refinement.resumed_from
     metrics["elbo_aux"] = refinement.elbo_aux_estimate
     metrics["elbo_aux_std"] = float(np.std(refinement.elbo_aux))
     metrics["elbo_aux_expected_log_likelihood"] = float(np.mean(refinement.expected_log_likelihood))
