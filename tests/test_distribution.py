@@ -322,13 +322,15 @@ def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path, data_d
       [sys.executable, "-m", "image.main", f"--output_dir={tmp_path}", "--dataset=mnist",
        f"--data_dir={data_dir_for('mnist')}", "--nodownload", "--method=vi",
        "--num_train_examples=512",
-       "--num_test_examples=200", "--vi_steps=40", "--num_samples=2", "--batch_size=64",
+       "--num_test_examples=200", "--vi_steps=40", "--num_samples=2", "--batch_size=32",
        "--use_gpu", "--num_cores=2", "--use_bfloat16"],
       cwd=REPO, capture_output=True, text=True, timeout=300, env=_environment())
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["machine"]["replicas"] == 2 and results["flags"]["use_bfloat16"]
-  assert results["metrics"]["test_accuracy"] > 0.5   # 40 steps on 512 digits beat chance (10 %)
+  # 40 steps of 32 on 512 digits beat chance (10 %): measured 0.81 (batches of 64: 0.89, and
+  # bfloat16's emulated convolutions made this the file's slowest run).
+  assert results["metrics"]["test_accuracy"] > 0.5
 
 
 @pytest.mark.parametrize("flags,cpu_devices,message", [
