@@ -135,53 +135,104 @@ def _toy_regression(n=64):
   return x, (np.sin(x[:, :1]) + 0.1 * rng.normal(size=[n, 1])).astype(np.float32)
 
 
+def _seeded_fit(x, y, num_steps, batch_size, **kwargs):
+  """An _mlp fitted to (x, y) by `num_steps` VI steps from seeded initial weights (module
+  fixtures are made before a test's own seeding)."""
+  tf.random.set_seed(0)
+  np.random.seed(0)
+  trained = _mlp()
+  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=num_steps,
+                   batch_size=batch_size, **kwargs)
+  return trained
+
+
+@pytest.fixture(scope="module")
+def toy_fit():
+  """(x, y, trained): _toy_regression() and an _mlp fitted to it by 60 VI steps, made once and
+  shared (read only) by the tests that refine a small trained network: each VI fit traces its
+  own loop, and what they check does not depend on which fit they start from."""
+  x, y = _toy_regression()
+  return x, y, _seeded_fit(x, y, num_steps=60, batch_size=32)
+
+
+# The refinement the vectorised, reused-refiner and prepared-refiner tests compare with: 3
+# members of the shared fit, 2 auxiliary variables of 15 steps each, batch 32, seed 3.
+FRESH = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, batch_size=32,
+             seed=3)
+
+
+@pytest.fixture(scope="module")
+def fresh_refinement(toy_fit):
+  """fresh_refinement(loop, weight_noise): a fresh refine() of the shared fit with FRESH's
+  settings, made on first use (each traces its loop) and shared; read only."""
+  x, y, trained = toy_fit
+  made = {}
+
+  def result(loop: LoopSettings, weight_noise: str = "per_example"):
+    if (loop, weight_noise) not in made:
+      made[loop, weight_noise] = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
+                                        num_samples=3, loop_settings=loop,
+                                        weight_noise=weight_noise, **FRESH)
+    return made[loop, weight_noise]
+  return result
+
+
 @pytest.mark.parametrize("weight_noise,loop", [
     ("per_example", LoopSettings()), ("per_batch", LoopSettings()),
     ("per_example", LoopSettings(noise_chunk_steps=10))])
-def test_vectorised_refinement_equals_one_member_at_a_time(weight_noise, loop):
-  """Also with the noise drawn ahead in chunks (15 steps per stage: a partial chunk; XLA runs
-  the same chunks, tests/test_loop_settings.py): catches chunk draws whose member rows depend on
-  the number of members computed."""
-  x, y = _toy_regression()
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
-  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15,
-                  batch_size=32, seed=3, weight_noise=weight_noise)
-  together = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3,
-                    loop_settings=loop, **settings)
-  for m in range(3):
-    alone = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=1,
-                   member_offset=m, total_members=3, loop_settings=loop, **settings)
-    assert alone.elbo_aux[0] == pytest.approx(together.elbo_aux[m], rel=1e-4)
-    assert alone.log_ratios[:, 0] == pytest.approx(together.log_ratios[:, m], rel=1e-4)
-    assert alone.trace[:, 0] == pytest.approx(together.trace[:, m], rel=1e-4)
-    for a, b in zip(alone.model.trainable_variables, together.model.trainable_variables):
-      assert a.numpy()[0] == pytest.approx(b.numpy()[m], rel=1e-4, abs=1e-6)
+def test_vectorised_refinement_equals_its_members_refined_apart(toy_fit, fresh_refinement,
+                                                               weight_noise, loop):
+  """3 members refined together equal the same members refined in separate calls of the same
+  run (`member_offset`, `total_members`): members 0-1 as a run of 2, member 2 alone. Catches
+  member rows of any stream (weight noise, auxiliary draws, batches) that depend on how many
+  members a call computes or where they start. Also with the noise drawn ahead in chunks (15
+  steps per stage: a partial chunk; XLA runs the same chunks, tests/test_loop_settings.py):
+  catches chunk draws whose member rows depend on the number of members computed."""
+  x, y, trained = toy_fit
+  together = fresh_refinement(loop, weight_noise)
+  settings = dict(FRESH, weight_noise=weight_noise, loop_settings=loop, total_members=3)
+  for offset, count in ((0, 2), (2, 1)):
+    apart = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=count,
+                   member_offset=offset, **settings)
+    members = slice(offset, offset + count)
+    assert apart.elbo_aux == pytest.approx(together.elbo_aux[members], rel=1e-4)
+    assert apart.log_ratios == pytest.approx(together.log_ratios[:, members], rel=1e-4)
+    assert apart.trace == pytest.approx(together.trace[:, members], rel=1e-4)
+    for a, b in zip(apart.model.trainable_variables, together.model.trainable_variables):
+      assert a.numpy() == pytest.approx(b.numpy()[members], rel=1e-4, abs=1e-6)
   # Different members really are different samples.
   assert not np.allclose(together.model.layers[0].kernel.posterior_loc[0],
                          together.model.layers[0].kernel.posterior_loc[1])
 
 
 @pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10)])
-def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
+def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(toy_fit, fresh_refinement,
+                                                                   loop):
   """A Refiner refines two trained models at two seeds; each result equals a fresh refine() of
   the same arguments bit for bit, and its loop and conditioning were traced once. Catches state
   carried from one call into the next (a stream not reseeded, the batch counter, the
-  conditional prior of the last call) and a Refiner that retraces anyway."""
-  x, y = _toy_regression()
-  trained = []
-  for steps in (40, 80):
-    model = _mlp()
-    train_mean_field(model, x, y, _gaussian_log_likelihood, num_steps=steps, batch_size=32)
-    trained.append(model)
-  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15)
-  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                    loop_settings=loop)
-  for model, seed in zip(trained, (5, 6)):
+  conditional prior of the last call) and a Refiner that retraces anyway. The second model is
+  the shared fit with every trainable variable moved (another trained state, without tracing
+  another VI loop)."""
+  x, y, trained = toy_fit
+  moved = _mlp()
+  moved(x[:1])
+  rng = np.random.default_rng(2)
+  trainable = {id(v) for v in trained.trainable_variables}
+  for target, source in zip(moved.variables, trained.variables):
+    shift = rng.normal(scale=0.1, size=source.shape) if id(source) in trainable else 0.0
+    target.assign(source.numpy() + np.asarray(shift, source.dtype.as_numpy_dtype))
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3,
+                    batch_size=FRESH["batch_size"], loop_settings=loop)
+  settings = dict(schedule=FRESH["schedule"], steps_per_auxiliary=FRESH["steps_per_auxiliary"])
+  for model, seed in ((trained, FRESH["seed"]), (moved, 6)):
     reused = refiner.refine(model, seed=seed, **settings)
     reused_weights = [v.numpy().copy() for v in reused.model.trainable_variables]
-    fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                   seed=seed, loop_settings=loop, **settings)
+    if model is trained:
+      fresh = fresh_refinement(loop)
+    else:
+      fresh = refine(_mlp, model, x, y, _gaussian_log_likelihood, num_samples=3,
+                     batch_size=FRESH["batch_size"], seed=seed, loop_settings=loop, **settings)
     np.testing.assert_array_equal(reused.elbo_aux, fresh.elbo_aux)
     np.testing.assert_array_equal(reused.trace, fresh.trace)
     for a, b in zip(reused_weights, fresh.model.trainable_variables):
@@ -192,27 +243,26 @@ def test_a_reused_refiner_equals_fresh_refinements_and_traces_once(loop):
 
 @pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10),
                                   LoopSettings(jit_compile=True, noise_chunk_steps=10)])
-def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tracing(loop):
+def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tracing(
+    toy_fit, fresh_refinement, loop):
   """`prepare()` on a second thread (as run_vi_family runs it while VI trains), then `refine`:
   the result equals a fresh refine() bit for bit, and the refine call traced nothing: the loop,
   the conditioning and the ELBO estimate were traced (and compiled) by `prepare`. Catches
   state that the preparation leaves behind (its conditioning, Adam moments, a stream's counter)
   and a preparation that traces the ELBO estimate with other settings than refine's (planted:
   prepare estimating with batches of 512 retraces it in refine; fails)."""
-  x, y = _toy_regression()
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
-  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 2), steps_per_auxiliary=15, seed=3)
-  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                    loop_settings=loop)
+  x, y, trained = toy_fit
+  settings = dict(schedule=FRESH["schedule"], steps_per_auxiliary=FRESH["steps_per_auxiliary"],
+                  seed=FRESH["seed"])
+  fresh = fresh_refinement(loop)
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=3,
+                    batch_size=FRESH["batch_size"], loop_settings=loop)
   with BackgroundWork(refiner.prepare) as preparation:
     preparation.start()
     assert preparation.result() > 0
   elbo_traces = _summed_log_likelihood.experimental_get_tracing_count()
   prepared = refiner.refine(trained, **settings)
   assert _summed_log_likelihood.experimental_get_tracing_count() == elbo_traces
-  fresh = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=3, batch_size=32,
-                 loop_settings=loop, **settings)
   np.testing.assert_array_equal(prepared.elbo_aux, fresh.elbo_aux)
   np.testing.assert_array_equal(prepared.trace, fresh.trace)
   for a, b in zip(prepared.model.trainable_variables, fresh.model.trainable_variables):
@@ -223,42 +273,54 @@ def test_a_refiner_prepared_on_another_thread_refines_as_a_fresh_one_without_tra
     assert refiner.loop.chunk_tracing_count() == 1
 
 
-def test_every_auxiliary_variable_starts_a_fresh_adam():
+def test_every_auxiliary_variable_starts_a_fresh_adam(toy_fit):
   """Algorithm 1 restarts Adam at every a_k: the first step of a stage moves every variable by
   the learning rate (a fresh Adam's first step is lr * sign(gradient)).
 
   Two runs with one step per stage share every random draw; they differ only in the last stage's
-  learning rate (0 or lr), so their difference is exactly that stage's first step. Mutation:
-  refine() calling maximize(..., reset_optimizer=False), so the last stage's step carries the
-  earlier stages' moments (measured: about half the steps then miss lr by more than 2 %).
+  learning rate (0 or lr), so their difference is exactly that stage's first step. Mutations:
+  refine() resetting Adam for its first stage only, so the last stage's step carries the earlier
+  stages' moments (planted: 46 % of the steps then miss lr by more than 2 %; fails), or never
+  (maximize(..., reset_optimizer=False): the second run, on the same Refiner, then also starts
+  from the first run's moments and its draws' log ratios part; fails).
   """
-  x, y = _toy_regression()
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=50, batch_size=32)
-  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3),
-                  steps_per_auxiliary=1, batch_size=32, seed=5)
+  x, y, trained = toy_fit
+  # One Refiner makes both runs (a reused Refiner is a fresh refine(), tested above): the loop
+  # is traced once.
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=4, batch_size=32)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=1, seed=5)
   learning_rate = 1e-2
-  held = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
-                learning_rates=[learning_rate, learning_rate, 0.0], **settings)
-  moved = refine(_mlp, trained, x, y, _gaussian_log_likelihood,
-                 learning_rates=[learning_rate] * 3, **settings)
+  held = refiner.refine(trained, learning_rates=[learning_rate, learning_rate, 0.0], **settings)
+  held_weights = [v.numpy().copy() for v in held.model.trainable_variables]
+  moved = refiner.refine(trained, learning_rates=[learning_rate] * 3, **settings)
   np.testing.assert_array_equal(held.log_ratios, moved.log_ratios)   # the same draws up to the step
-  steps = np.concatenate([(after.numpy() - before.numpy()).ravel() for before, after in
-                          zip(held.model.trainable_variables, moved.model.trainable_variables)])
+  steps = np.concatenate([(after.numpy() - before).ravel() for before, after in
+                          zip(held_weights, moved.model.trainable_variables)])
   moving = np.abs(steps) > 1e-3 * learning_rate   # a variable with no gradient does not move
   assert moving.mean() > 0.8
   step_sizes = np.abs(steps[moving]) / learning_rate
   assert np.mean(np.abs(step_sizes - 1) < 0.02) > 0.97, np.percentile(step_sizes, [1, 5, 50])
 
 
-def test_trace_rises_like_a_staircase_on_average():
+STAIRCASE = dict(schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=200,
+                 learning_rates=[1e-2, 5e-3, 2e-3], seed=1)
+
+
+@pytest.fixture(scope="module")
+def staircase():
+  """A fit of _mlp to 256 examples (300 VI steps), a Refiner of 8 members for it, and that
+  refiner's refinement with STAIRCASE's settings (its weights copied: the refiner's members are
+  reused), made once for the staircase tests."""
   x, y = _toy_regression(256)
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64,
-                   learning_rate=1e-2)
-  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3),
-                  steps_per_auxiliary=200, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64)
-  result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
+  trained = _seeded_fit(x, y, num_steps=300, batch_size=64, learning_rate=1e-2)
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=8, batch_size=64)
+  plain = refiner.refine(trained, **STAIRCASE)
+  return dict(x=x, y=y, trained=trained, refiner=refiner, plain=plain,
+              plain_weights=[v.numpy().copy() for v in plain.model.trainable_variables])
+
+
+def test_trace_rises_like_a_staircase_on_average(staircase):
+  x, y, trained, result = (staircase[key] for key in ("x", "y", "trained", "plain"))
   assert result.trace.shape == (600, 8)
   assert np.all(np.isfinite(result.trace))
   assert result.elbo_aux_estimate > result.initial_elbo_estimate
@@ -266,30 +328,24 @@ def test_trace_rises_like_a_staircase_on_average():
   # One weight draw per member and step: a different gradient estimator of the same objective, which
   # also raises ELBO_aux; the refined model, called afterwards, still draws noise per example.
   per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch",
-                     **settings)
+                     num_samples=8, batch_size=64, **STAIRCASE)
   assert not np.allclose(per_batch.trace, result.trace)
   assert per_batch.elbo_aux_estimate > per_batch.initial_elbo_estimate
   outputs = per_batch.model(np.repeat(x[:1], 4, axis=0)).numpy()
   assert not np.allclose(outputs[:, :1], outputs)
 
 
-def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples():
+def test_stage_elbo_aux_measures_each_stage_without_changing_the_samples(staircase):
   """The whole-dataset ELBO_aux after each stage (Figure 4 without minibatch noise) is a measurement
   only: the refined samples, their trace and final ELBO_aux are bit-for-bit those of a run without
-  it."""
-  x, y = _toy_regression(256)
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=300, batch_size=64,
-                   learning_rate=1e-2)
-  settings = dict(num_samples=8, schedule=AuxiliarySchedule.geometric(0.7, 3),
-                  steps_per_auxiliary=200, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64, seed=1)
-  plain = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
-  staged = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_aux=True, **settings)
+  it (the same Refiner's, which equals a fresh refine's: see the reused-refiner test)."""
+  plain, plain_weights = staircase["plain"], staircase["plain_weights"]
+  staged = staircase["refiner"].refine(staircase["trained"], stage_elbo_aux=True, **STAIRCASE)
   assert plain.stage_elbo_aux is None and "stage_elbo_seconds" not in plain.timings
   np.testing.assert_array_equal(staged.trace, plain.trace)
   np.testing.assert_array_equal(staged.elbo_aux, plain.elbo_aux)
-  for a, b in zip(staged.model.trainable_variables, plain.model.trainable_variables):
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  for a, b in zip(staged.model.trainable_variables, plain_weights):
+    np.testing.assert_array_equal(a.numpy(), b)
   assert staged.stage_elbo_aux.shape == (3, 8)
   np.testing.assert_array_equal(staged.stage_elbo_aux[-1], staged.elbo_aux)
   # The first auxiliary variable's optimisation already lifts the bound well above the VI ELBO (the
@@ -316,20 +372,20 @@ def test_stage_elbo_aux_on_a_subset_scales_it_to_the_whole_data():
   for parameter in mean_field_parameters(trained):
     scale = parameter.untransformed_posterior_scale
     scale.assign(tf.fill(scale.shape, -18.0))
-  settings = dict(num_samples=4, schedule=AuxiliarySchedule.geometric(0.7, 3),
-                  steps_per_auxiliary=50, learning_rates=[1e-2, 5e-3, 2e-3], batch_size=64, seed=1,
-                  stage_elbo_aux=True)
-  whole = refine(_mlp, trained, x, y, _gaussian_log_likelihood, **settings)
-  half = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_examples=128,
-                **settings)
+  settings = dict(schedule=AuxiliarySchedule.geometric(0.7, 3), steps_per_auxiliary=50,
+                  learning_rates=[1e-2, 5e-3, 2e-3], seed=1, stage_elbo_aux=True)
+  # One Refiner makes the three refinements (each equals a fresh refine(): see the reused-refiner
+  # test), so its loop is traced once.
+  refiner = Refiner(_mlp, x, y, _gaussian_log_likelihood, num_samples=4, batch_size=64)
+  whole = refiner.refine(trained, **settings)
+  half = refiner.refine(trained, stage_elbo_examples=128, **settings)
   np.testing.assert_array_equal(half.elbo_aux, whole.elbo_aux)
   np.testing.assert_array_equal(half.trace, whole.trace)
   assert whole.stage_elbo_start is None and half.stage_elbo_aux.shape == (3, 4)
   np.testing.assert_allclose(half.stage_elbo_start, whole.initial_elbo, rtol=1e-5)
   np.testing.assert_allclose(half.stage_elbo_aux, whole.stage_elbo_aux, rtol=1e-5)
   # Asking for all the examples (or more) is the whole-data staircase itself.
-  every = refine(_mlp, trained, x, y, _gaussian_log_likelihood, stage_elbo_examples=256,
-                 **settings)
+  every = refiner.refine(trained, stage_elbo_examples=256, **settings)
   np.testing.assert_array_equal(every.stage_elbo_aux, whole.stage_elbo_aux)
   assert every.stage_elbo_start is None
 
@@ -374,7 +430,7 @@ def test_bad_arguments_are_rejected(kwargs, match):
     refine(_mlp, trained, x, y, _gaussian_log_likelihood, **{"steps_per_auxiliary": 1, **kwargs})
 
 
-def test_refinement_at_ratio_0_99_runs_in_float32():
+def test_refinement_at_ratio_0_99_runs_in_float32(toy_fit):
   """K = 5 auxiliaries at ratio 0.99 leave 1e-10 of sigma_w^2; a float32 model must carry it to
   round-off, with every later prior variance and log-ratio finite.
 
@@ -382,9 +438,7 @@ def test_refinement_at_ratio_0_99_runs_in_float32():
   lost all precision and raised InvalidArgumentError ("must stay below the remaining prior
   variance") at k = 5.
   """
-  x, y = _toy_regression()
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=20, batch_size=32)
+  x, y, trained = toy_fit
   result = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2,
                   schedule=AuxiliarySchedule.geometric(0.99, 5), steps_per_auxiliary=2,
                   batch_size=32)
@@ -439,10 +493,12 @@ def test_refinement_of_a_partly_bayesian_network_refits_deterministic_layers_onl
   trained(images, training=True)       # batch statistics move the moving averages
   train_mean_field(trained, images, labels, categorical_log_likelihood, num_steps=20,
                    batch_size=16)
-  def refined(steps):
-    return refine(_partly_bayesian, trained, images, labels, categorical_log_likelihood,
-                  num_samples=3, schedule=AuxiliarySchedule.geometric(0.7, 2),
-                  steps_per_auxiliary=steps, batch_size=16, refit_deterministic=refit)
+  refiner = Refiner(_partly_bayesian, images, labels, categorical_log_likelihood, num_samples=3,
+                    batch_size=16, refit_deterministic=refit)
+
+  def refined(steps):   # one Refiner: each call reloads the trained state and reseeds
+    return refiner.refine(trained, schedule=AuxiliarySchedule.geometric(0.7, 2),
+                          steps_per_auxiliary=steps)
 
   # Loaded state, before any optimisation (which moves the statistics on).
   loaded = refined(0).model.chain[1]
@@ -483,7 +539,7 @@ def test_a_refinement_penalty_enters_the_optimisation_not_the_reported_elbo():
 
 
 @pytest.mark.parametrize("loop", [LoopSettings(), LoopSettings(noise_chunk_steps=10)])
-def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(loop):
+def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(toy_fit, loop):
   """A refiner built on a batch source alone refines, in a compiled function, to exactly the
   members Algorithm 1 written out step by step gives (copy the model; per stage draw a_k for
   every parameter and condition on it, reset Adam, T steps at the stage's rate: what the bandit
@@ -491,9 +547,7 @@ def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(loop):
   refine() on it is refused in one line. Catches conditioning with other fractions, rates other
   than the stages', Adam not reset per auxiliary variable (planted: the reset removed; fails),
   and a call that reseeds. (refine() itself differs: its ELBO estimates draw weight noise.)"""
-  x, y = _toy_regression()
-  trained = _mlp()
-  train_mean_field(trained, x, y, _gaussian_log_likelihood, num_steps=60, batch_size=32)
+  x, y, trained = toy_fit
   schedule = AuxiliarySchedule.geometric(0.7, 2)
   rates = schedule.learning_rates("paper")
   refiners = []

@@ -58,10 +58,10 @@ def test_the_variants_run_the_binary_and_their_parts_add_up(tmp_path, monkeypatc
   assert "| xla_cached |" in (tmp_path / "speed.md").read_text()
 
 
-def test_a_subset_of_variants_runs_only_those_and_an_unknown_one_is_refused(tmp_path,
-                                                                           uci_flags):
-  """Catches --variants ignored (every variant run: minutes instead of one run), a mistyped
-  variant silently dropped, or a repeated one timed on the first's finished output."""
+def test_an_unknown_or_repeated_variant_is_refused(tmp_path, uci_flags):
+  """Catches a mistyped variant silently dropped, or a repeated one timed on the first's finished
+  output. (--variants ignored, every variant run: minutes instead of a few runs, is caught by the
+  test above, whose results are exactly the three variants it names, in their order.)"""
   command = [sys.executable, "-m", "benchmarks.uci_run_time", "--rounds=1",
              "--dataset=yacht_hydrodynamics", f"--uci_flags={uci_flags}"]
   for variants in ("default,defualt", "uncompiled,uncompiled"):   # a repeat reran nothing
@@ -72,8 +72,3 @@ def test_a_subset_of_variants_runs_only_those_and_an_unknown_one_is_refused(tmp_
     assert f"--variants={variants}: allowed: one or more of default," in (
         completed.stderr.strip().splitlines()[-1])
     assert not (tmp_path / "refused").exists()
-  completed = subprocess.run(command + ["--variants=uncompiled", f"--output_dir={tmp_path}"],
-                             capture_output=True, text=True, check=False, cwd=REPO)
-  assert completed.returncode == 0, completed.stderr[-2000:]
-  results = json.loads((tmp_path / "speed.json").read_text())["results"]
-  assert list(results) == ["uncompiled"] and results["uncompiled"]["wall_seconds"] > 0
