@@ -209,16 +209,31 @@ def set_thread_count(intra_op_threads: int) -> None:
 
 
 _multi_worker_strategies: list[Any] = []
+# How long the coordination service waits for a worker's heartbeat before it declares the worker
+# dead and aborts every collective. TensorFlow's default, 10 s, is shorter than a busy machine can
+# starve a worker's threads (a 2-worker test run failed so on a loaded 2-core machine); a worker
+# that really died is still found within this time.
+HEARTBEAT_TIMEOUT_SECONDS = 120
 
 
 def multi_worker_strategy() -> Any:
   """The process's MultiWorkerMirroredStrategy over the workers $TF_CONFIG names, made on the first
   call, which must come before TensorFlow initialises its devices (it configures the collective
   ops then): `runner.tensorflow_startup.quiet_tensorflow_startup(multi_worker=True)`
-  makes it."""
+  makes it. Its coordination service (the one TensorFlow would start: led by the chief, or
+  worker 0 without one) allows HEARTBEAT_TIMEOUT_SECONDS between a worker's heartbeats."""
   if not _multi_worker_strategies:
     import tensorflow as tf
-    cluster_of_workers()
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+    cluster = cluster_of_workers()
+    jobs = [coordination_config_pb2.CoordinatedJob(name=name, num_tasks=count)
+            for name, count in (("chief", int(cluster.chief is not None)),
+                                ("worker", len(cluster.workers))) if count]
+    leader = "chief" if cluster.chief is not None else "worker"
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=f"/job:{leader}/replica:0/task:0",
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=HEARTBEAT_TIMEOUT_SECONDS * 1000)
     _multi_worker_strategies.append(tf.distribute.MultiWorkerMirroredStrategy())
   return _multi_worker_strategies[0]
 
