@@ -53,9 +53,12 @@ def test_the_auxiliary_decomposition_leaves_the_prior_unchanged(num_auxiliary, n
 
 
 def test_nuts_matches_quadrature_on_the_posterior_means():
+  """The binary's reference sampler against quadrature. XLA-compiled: the same sampler, 2.5 times
+  as fast (the binary's own uncompiled call runs in test_binary_writes_results_and_figures_...)."""
   quadrature = eight_schools_model.posterior_means_by_quadrature()
   assert abs(quadrature["mu_mean"] - 4.4) < 0.1 and abs(quadrature["tau_mean"] - 3.6) < 0.1
-  draws = eight_schools_model.run_nuts(num_chains=64, num_burnin=300, num_draws=500, seed=3)
+  draws = eight_schools_model.run_nuts(num_chains=64, num_burnin=300, num_draws=500, seed=3,
+                                       jit_compile=True)
   assert float(draws["max_r_hat"]) < 1.02 and int(draws["divergences"]) < 5
   assert abs(np.mean(draws["mu"]) - quadrature["mu_mean"]) < 0.1
   assert abs(np.mean(draws["tau"]) - quadrature["tau_mean"]) < 0.1

@@ -110,8 +110,12 @@ def nuts_target_log_prob_fn():
   return target
 
 
-def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dict[str, np.ndarray]:
+def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int,
+             jit_compile: bool = False) -> dict[str, np.ndarray]:
   """NUTS draws of (mu, tau, theta), [num_chains * num_draws] each, with the sampler's diagnostics.
+
+  `jit_compile` compiles the chains with XLA: about 2.5 times as fast on a CPU (the tree's many
+  small operations), other draws by round-off; the binary's committed reference ran uncompiled.
 
   Chains start dispersed (mu ~ N(0, 5^2), log tau ~ N(1, 1), eta ~ N(0, 1)) so
   that the potential scale reduction (r-hat) can reveal a chain that has not mixed.
@@ -132,7 +136,7 @@ def run_nuts(num_chains: int, num_burnin: int, num_draws: int, seed: int) -> dic
                                       dtype=tf.float64)
   initial = [5.0 * starts[:, 0], 1.0 + starts[:, 1], starts[:, 2:]]
 
-  @tf.function
+  @tf.function(jit_compile=jit_compile)
   def sample():
     return tfp.mcmc.sample_chain(
         num_results=num_draws, num_burnin_steps=num_burnin, current_state=initial, kernel=kernel,
