@@ -324,8 +324,8 @@ def test_a_worker_paused_longer_than_tensorflows_heartbeat_timeout_is_not_declar
       process.kill()
     for file in files:
       file.close()
-  completed = [subprocess.CompletedProcess(process.args, process.returncode, logs[2 * i].read_text(),
-                                           logs[2 * i + 1].read_text())
+  completed = [subprocess.CompletedProcess(process.args, process.returncode,
+                                           logs[2 * i].read_text(), logs[2 * i + 1].read_text())
                for i, process in enumerate(processes)]
   _check_succeeded(completed)
   for worker in completed:
