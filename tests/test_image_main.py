@@ -241,11 +241,12 @@ def test_cifar10_smoke_run_on_synthetic_files(tmp_path):
           "num_train_examples": 0,
           "num_test_examples": 0,
           "method": "vi",
-          "vi_steps": 50
+          "vi_steps": 15
       })
   metrics = image_main.train_and_evaluate(config, str(tmp_path / "out"))
   assert metrics["num_train"] == 500 and metrics["num_test"] == 100
-  # The class sets the mean colour: learnable in 50 steps (measured: all 100 test images right).
+  # The class sets the mean colour: learnable in 15 steps (measured: 82 of 100 test images right;
+  # all 100 after 50 steps). Test labels that do not belong to their images score chance (10 %).
   assert metrics["test_accuracy"] > 0.3
 
 
