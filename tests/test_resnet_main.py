@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from auxiliary_sampling import member_convolution
+from methods.trainers import training
 from resnet import main as resnet_main
 from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
 from tests.method_runs import MethodRuns
@@ -99,16 +100,29 @@ def test_member_networks_train_where_grouped_conv_gradients_are_unsupported(tmp_
     assert np.isfinite(metrics["elbo_aux"])
 
 
-def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, method_runs):
-  """Training killed after epoch 1 of 2 and rerun ends where an uninterrupted run (the shared vi
-  run) ends.
+class _Killed(Exception):
+  """The process dying where it was raised."""
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, method_runs):
+  """Training killed right after its epoch-1 checkpoint (of 2 epochs) and rerun ends where an
+  uninterrupted run (the shared vi run) ends.
 
   Catches: batch norm's moving statistics, the Adam state or the schedule's
-  position lost in the per-epoch checkpoint.
+  position lost in the per-epoch checkpoint. The kill stops the run before
+  its ELBO and evaluation, which a killed run never reaches.
   """
   whole, _ = method_runs("vi")
   checkpoints = str(tmp_path / "resumed_checkpoints")
-  method_runs.run("vi", tmp_path / "killed", epochs=1, vi_checkpoint_dir=checkpoints)
+  save = training.CheckpointedTraining._save
+
+  def save_then_die(trainer, checkpoint_dir):
+    save(trainer, checkpoint_dir)
+    raise _Killed(f"killed at step {int(trainer.step.numpy())}")
+  with monkeypatch.context() as patched:
+    patched.setattr(training.CheckpointedTraining, "_save", save_then_die)
+    with pytest.raises(_Killed, match="^killed at step 2$"):
+      method_runs.run("vi", tmp_path / "killed", vi_checkpoint_dir=checkpoints)
   resumed, _ = method_runs.run("vi", tmp_path / "resumed", vi_checkpoint_dir=checkpoints)
   assert resumed["vi_resumed_from_step"] == 2
   for name in ("test_mll", "elbo"):
