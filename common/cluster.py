@@ -29,6 +29,14 @@ class Cluster:
   def size(self) -> int:
     return len(self.workers) + (self.chief is not None)
 
+  @property
+  def is_chief(self) -> bool:
+    """Whether this process is the one that writes the run's files: the chief task, else
+    worker 0 (as MultiWorkerMirroredStrategy decides)."""
+    if self.chief is not None:
+      return self.task_type == "chief"
+    return self.task_type == "worker" and self.task_index == 0
+
 
 def cluster_of_workers() -> Cluster:
   """$TF_CONFIG as a Cluster; UsageError (one line) if it is missing or malformed.

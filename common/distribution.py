@@ -211,8 +211,8 @@ def set_thread_count(intra_op_threads: int) -> None:
 _multi_worker_strategies: list[Any] = []
 # How long the coordination service waits for a worker's heartbeat before it declares the worker
 # dead and aborts every collective. TensorFlow's default, 10 s, is shorter than a busy machine can
-# starve a worker's threads (a 2-worker test run failed so on a loaded 2-core machine); a worker
-# that really died is still found within this time.
+# stall a process (a worker stopped for 18 s is declared dead under it); a worker that really
+# died is still found within this time.
 HEARTBEAT_TIMEOUT_SECONDS = 120
 
 

@@ -26,12 +26,19 @@ CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp",
                             "refinement_progress-*.npz", ".tmp-*")
 
 
-def _checkpoint_files(checkpoint_dir: str) -> list[str]:
-  """The files a trainer writes into a checkpoint directory (settings record excluded)."""
+# Files being written atomically (or left half-written by a killed process): no state yet.
+IN_FLIGHT_PATTERNS = ("*.npz.tmp", ".tmp-*")
+
+
+def _checkpoint_files(checkpoint_dir: str, in_flight: bool = True) -> list[str]:
+  """The files a trainer writes into a checkpoint directory (settings record excluded); without
+  the temporary ones being written if not `in_flight`."""
   if not os.path.isdir(checkpoint_dir):
     return []
+  patterns = [pattern for pattern in CHECKPOINT_FILE_PATTERNS
+              if in_flight or pattern not in IN_FLIGHT_PATTERNS]
   return [name for name in os.listdir(checkpoint_dir)
-          if any(fnmatch.fnmatch(name, pattern) for pattern in CHECKPOINT_FILE_PATTERNS)]
+          if any(fnmatch.fnmatch(name, pattern) for pattern in patterns)]
 
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
@@ -43,8 +50,10 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
   made) counts as its entry in `absent_values` (`common.config.absent_values`),
   so adding a setting does not orphan old checkpoints. A directory with
   checkpoint files but no settings record (made by older code) counts as a
-  mismatch, since nothing says what made it. Replacing a mismatch deletes the
-  checkpoint files only, never anything else in the folder.
+  mismatch, since nothing says what made it; a temporary file being written is not
+  such a checkpoint (a --multi_worker run's other workers check while the chief
+  writes the record through one). Replacing a mismatch deletes the checkpoint
+  files only, never anything else in the folder.
   """
   path = os.path.join(checkpoint_dir, SETTINGS_FILENAME)
   if os.path.exists(path):
@@ -53,7 +62,8 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
     differing = differing_settings(settings, recorded, absent_values)
   else:
     recorded = {}
-    differing = ["(no settings record)"] if _checkpoint_files(checkpoint_dir) else []
+    differing = (["(no settings record)"] if _checkpoint_files(checkpoint_dir, in_flight=False)
+                 else [])
   if differing and not replace_mismatched:
     what = ("records no settings" if not recorded else "was made with other settings: "
             + describe_settings(settings, recorded, absent_values, differing, "checkpoint"))

@@ -187,7 +187,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
     config.validate()
     output_dir = flags.FLAGS.output_dir
     created = prepare_output_dir(output_dir)
-    remove_stale_temporaries(output_dir)
+    remove_stale_temporaries(output_dir, getattr(config, "multi_worker", False))
     if finished_run_matches(config, output_dir):
       print(f"{os.path.join(output_dir, RESULTS_FILENAME)} already holds this run; nothing to do")
       return

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Iterator, Optional
 
+from common.cluster import cluster_of_workers
 from common.config import Config, UsageError, describe_differences
 from common.results import RESULTS_FILENAME
 
@@ -57,8 +58,13 @@ def removed_if_failed_empty(output_dir: str, created: bool) -> Iterator[None]:
     raise
 
 
-def remove_stale_temporaries(output_dir: str) -> list[str]:
-  """Deletes half-written files a killed run left under `output_dir`; returns their paths."""
+def remove_stale_temporaries(output_dir: str, multi_worker: bool = False) -> list[str]:
+  """Deletes half-written files a killed run left under `output_dir`; returns their paths.
+
+  On a --multi_worker run only the chief does (before TensorFlow starts, from $TF_CONFIG): the
+  other workers start at other times and would delete the files the chief is writing."""
+  if multi_worker and not cluster_of_workers().is_chief:
+    return []
   stale = []
   for pattern in STALE_TEMPORARY_PATTERNS:
     stale += glob.glob(os.path.join(output_dir, "**", pattern), recursive=True)

@@ -235,6 +235,37 @@ def test_a_checkpoint_without_a_settings_record_is_refused(tmp_path):
                          absent_values={})
 
 
+def test_a_settings_record_being_written_is_not_a_checkpoint_without_one(tmp_path):
+  """A --multi_worker run's other workers claim the checkpoint directory while the chief may be
+  writing its settings record through a temporary file. Catches that file counted as a checkpoint
+  without a record: worker 1 refused the run ("records no settings", exit 2) and worker 0 then
+  aborted ("stopped sending heartbeats"), a 2-worker ResNet-20 test's failure in CI."""
+  (tmp_path / "vi").mkdir()
+  (tmp_path / "vi" / ".tmp-k2x9.json").write_text('{"seed"')
+  claim_checkpoint_dir(str(tmp_path / "vi"), {"seed": 0}, replace_mismatched=False,
+                       absent_values={})
+  (tmp_path / "vi" / "ckpt-5.index").write_text("")
+  (tmp_path / "vi" / SETTINGS_FILENAME).unlink()
+  with pytest.raises(UsageError, match="records no settings"):
+    claim_checkpoint_dir(str(tmp_path / "vi"), {"seed": 0}, replace_mismatched=False,
+                         absent_values={})
+
+
+@pytest.mark.parametrize("task_index,removed", [(0, True), (1, False)])
+def test_only_a_multi_worker_runs_chief_removes_stale_temporaries(tmp_path, monkeypatch,
+                                                                   task_index, removed):
+  """The workers of a --multi_worker run start at different times; one that removed the
+  "stale" temporaries would delete the file the chief is writing (its os.replace then fails).
+  Worker 0, the chief without a chief task, removes them; worker 1 leaves them."""
+  monkeypatch.setenv("TF_CONFIG", json.dumps({
+      "cluster": {"worker": ["localhost:1", "localhost:2"]},
+      "task": {"type": "worker", "index": task_index}}))
+  (tmp_path / ".tmp-abc.json").write_text("half")
+  assert remove_stale_temporaries(str(tmp_path), multi_worker=True) == (
+      [str(tmp_path / ".tmp-abc.json")] if removed else [])
+  assert (tmp_path / ".tmp-abc.json").exists() != removed
+
+
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path):
   (tmp_path / "checkpoints" / "vi").mkdir(parents=True)
   stale = [tmp_path / ".tmp-abc.json", tmp_path / "checkpoints" / "vi" / "xyz.npz.tmp"]
