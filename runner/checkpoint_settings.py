@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from common.config import UsageError, describe_settings, differing_settings
 from common.distribution import writes_run_files
 from common.results import write_json_atomically
+from runner.output_directory import STALE_TEMPORARY_PATTERNS
 
 SETTINGS_FILENAME = "settings.json"
 # What methods.trainers.training and auxiliary_sampling.refinement_checkpoint write:
@@ -26,19 +27,19 @@ CHECKPOINT_FILE_PATTERNS = ("checkpoint", "ckpt-*", "trace.npz", "*.npz.tmp",
                             "refinement_progress-*.npz", ".tmp-*")
 
 
-# Files being written atomically (or left half-written by a killed process): no state yet.
-IN_FLIGHT_PATTERNS = ("*.npz.tmp", ".tmp-*")
-
-
-def _checkpoint_files(checkpoint_dir: str, in_flight: bool = True) -> list[str]:
-  """The files a trainer writes into a checkpoint directory (settings record excluded); without
-  the temporary ones being written if not `in_flight`."""
+def _checkpoint_files(checkpoint_dir: str) -> list[str]:
+  """The files a trainer writes into a checkpoint directory (settings record excluded)."""
   if not os.path.isdir(checkpoint_dir):
     return []
-  patterns = [pattern for pattern in CHECKPOINT_FILE_PATTERNS
-              if in_flight or pattern not in IN_FLIGHT_PATTERNS]
   return [name for name in os.listdir(checkpoint_dir)
-          if any(fnmatch.fnmatch(name, pattern) for pattern in patterns)]
+          if any(fnmatch.fnmatch(name, pattern) for pattern in CHECKPOINT_FILE_PATTERNS)]
+
+
+def _saved_state(checkpoint_dir: str) -> list[str]:
+  """The checkpoint files that hold state: not the temporary files being written atomically
+  (`runner.output_directory.STALE_TEMPORARY_PATTERNS`), which hold none yet."""
+  return [name for name in _checkpoint_files(checkpoint_dir)
+          if not any(fnmatch.fnmatch(name, pattern) for pattern in STALE_TEMPORARY_PATTERNS)]
 
 
 def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
@@ -62,8 +63,7 @@ def claim_checkpoint_dir(checkpoint_dir: str, settings: Mapping[str, Any],
     differing = differing_settings(settings, recorded, absent_values)
   else:
     recorded = {}
-    differing = (["(no settings record)"] if _checkpoint_files(checkpoint_dir, in_flight=False)
-                 else [])
+    differing = ["(no settings record)"] if _saved_state(checkpoint_dir) else []
   if differing and not replace_mismatched:
     what = ("records no settings" if not recorded else "was made with other settings: "
             + describe_settings(settings, recorded, absent_values, differing, "checkpoint"))

@@ -239,7 +239,8 @@ def test_a_settings_record_being_written_is_not_a_checkpoint_without_one(tmp_pat
   """A --multi_worker run's other workers claim the checkpoint directory while the chief may be
   writing its settings record through a temporary file. Catches that file counted as a checkpoint
   without a record: worker 1 refused the run ("records no settings", exit 2) and worker 0 then
-  aborted ("stopped sending heartbeats"), a 2-worker ResNet-20 test's failure in CI."""
+  aborted ("stopped sending heartbeats"): the 2-worker ResNet-20 test's failure in a quiet suite
+  run, whose signature CI's failure had."""
   (tmp_path / "vi").mkdir()
   (tmp_path / "vi" / ".tmp-k2x9.json").write_text('{"seed"')
   claim_checkpoint_dir(str(tmp_path / "vi"), {"seed": 0}, replace_mismatched=False,
