@@ -49,14 +49,14 @@ VI_STEPS, REFINE_STEPS, EQUAL_COMPUTE_STEPS, SEEDS = 39_063, 10 * 200, 10 * 10 *
 
 def _model_and_variables(name: str, images):
   from auxiliary_sampling.trained_state import refinement_variables
-  from resnet.networks import ResNet20
+  from resnet.networks import ResNet
   batchnorm = name.endswith("_bn")
   if name.startswith("vi_"):
-    model = ResNet20(name.split("_")[1], batchnorm)
+    model = ResNet(name.split("_")[1], batchnorm)
   elif name.startswith("refine_"):
-    model = ResNet20("hybrid", True, num_members=MEMBERS)
+    model = ResNet("hybrid", True, num_members=MEMBERS)
   else:
-    model = ResNet20("none", True, num_members=MEMBERS)
+    model = ResNet("none", True, num_members=MEMBERS)
   model(images[:1])
   if not name.startswith("refine_"):
     return model, model.trainable_variables
@@ -68,12 +68,13 @@ def _tfp_resnet20_hybrid_bn(image_shape):
   import tensorflow as tf
   import tensorflow_probability as tfp
   import tf_keras
-  from resnet.networks import BLOCKS_PER_STACK, STACK_FILTERS
+  from resnet.config import DEPTH, blocks_per_stack
+  from resnet.networks import STACK_FILTERS
   layers = tf_keras.layers
   inputs = tf_keras.Input(image_shape)
   outputs = tf.nn.selu(layers.Conv2D(16, 3, padding="same")(inputs))
   for stack, filters in enumerate(STACK_FILTERS):
-    for block in range(BLOCKS_PER_STACK):
+    for block in range(blocks_per_stack(DEPTH)):
       strides = 2 if stack > 0 and block == 0 else 1
       branch = layers.Conv2D(filters, 3, strides, padding="same")(outputs)
       branch = tf.nn.selu(layers.BatchNormalization()(branch))

@@ -21,6 +21,16 @@ VARIATIONAL_MODES = ("hybrid", "full")
 METHODS = registry.methods_for((network_kinds.MEAN_FIELD, network_kinds.ENSEMBLE), penalty=True)
 PAPER_DECAY_EPOCHS = (80.0, 120.0, 160.0, 180.0)
 PAPER_DECAY_FACTORS = (0.1, 0.01, 0.001, 0.0005)
+DEPTH = 20   # the paper's ResNet-20
+
+
+def blocks_per_stack(depth: int) -> int:
+  """n, the residual blocks per stack of a ResNet of depth 6n + 2 (3 in ResNet-20); any other
+  depth is a ValueError."""
+  if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+    raise ValueError(f"depth={depth!r} is not a ResNet depth; allowed: 6n + 2 for n >= 1 "
+                     "(8, 14, 20, 26, 32, ...)")
+  return (depth - 2) // 6
 
 
 @dataclasses.dataclass
@@ -38,6 +48,8 @@ class ResNetConfig(ImageClassificationConfig, *registry.configs_of(METHODS)):
       "(both); the stem, the shortcuts and the ensemble's members are deterministic.",
       choices=VARIATIONAL_MODES, shapes=(VI, EXTRA_VI))
   batchnorm: bool = setting(False, "Batch norm after every block convolution (per member).")
+  depth: int = setting(DEPTH, "Layers of the ResNet, 6n + 2: 3 stacks of n residual blocks "
+                       "(20: ResNet-20, the paper's; 8, 14, 32, 56, ...).", minimum=8)
   epochs: float = setting(
       200.0, "Epochs of VI and of every ensemble member (the authors' code: 153.6).", above=0,
       shapes=(EXTRA_VI,))
@@ -60,6 +72,10 @@ class ResNetConfig(ImageClassificationConfig, *registry.configs_of(METHODS)):
 
   def check(self) -> None:
     super().check()
+    try:
+      blocks_per_stack(self.depth)
+    except ValueError as error:
+      raise UsageError(str(error).replace("depth=", "--depth=", 1)) from None
     if len(self.decay_epochs) != len(self.decay_factors):
       raise UsageError(f"--decay_epochs has {len(self.decay_epochs)} values but --decay_factors "
                        f"{len(self.decay_factors)}; allowed: one factor per epoch")

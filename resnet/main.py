@@ -5,7 +5,7 @@
       --vi_checkpoint_dir=results/resnet/cifar10/hybrid_bn/vi_checkpoints/seed_0
 
 Protocol (paper Section 4.3, the authors' code): per-channel standardisation,
-no augmentation unless --data_augmentation, ResNet-20 v1 (resnet/networks.py)
+no augmentation unless --data_augmentation, ResNet-20 v1 (resnet/networks.py; --depth)
 with a Categorical likelihood, batch 256, Adam 1e-3 stepped down after epochs
 80, 120, 160 and 180, 200 epochs, L2 1e-4 on the deterministic convolutions,
 KL divided by N. Methods:
@@ -29,9 +29,9 @@ def train_and_evaluate(config: ResNetConfig, output_dir: str) -> dict:
   """One run end to end; writes `output_dir/results.json` (and the staircase); returns metrics."""
   # TensorFlow loads here, after the flags have been checked.
   from runner.image_classification import train_and_evaluate_images
-  from resnet.networks import resnet20_networks
-  return train_and_evaluate_images(config, resnet20_networks, output_dir, "resnet",
-                                   f"ResNet-20 {config.variational}"
+  from resnet.networks import resnet_networks
+  return train_and_evaluate_images(config, resnet_networks, output_dir, "resnet",
+                                   f"ResNet-{config.depth} {config.variational}"
                                    f"{' + batch norm' if config.batchnorm else ''}")
 
 

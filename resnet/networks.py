@@ -1,7 +1,8 @@
-"""ResNet-20 v1 as the paper's authors built it (edward2: experimental/auxiliary_sampling).
+"""ResNet v1 for CIFAR-10 (He et al. 2016) as the paper's authors built ResNet-20 (edward2:
+experimental/auxiliary_sampling), of any depth 6n + 2 (20 by default, the paper's).
 
-A 3x3 stem convolution of 16 filters, 3 stacks of 3 residual blocks of 16,
-32 and 64 filters (the first block of stacks 2 and 3 has stride 2 and a 1x1
+A 3x3 stem convolution of 16 filters, 3 stacks of n residual blocks of 16,
+32 and 64 filters (n = 3 in ResNet-20; the first block of stacks 2 and 3 has stride 2 and a 1x1
 projection shortcut), 3x3 SAME convolutions, the activation after the
 residual addition, global average pooling (8x8 on CIFAR-10's 32x32 images)
 and a dense head over the classes. Which convolutions are Bayesian:
@@ -37,14 +38,13 @@ from methods.trainers.batch_norm import MemberBatchNormalization
 from methods.trainers.deep_ensemble import MemberConv2D, MemberDense
 from methods import network_kinds
 from methods.registry import Networks
+from resnet.config import DEPTH, blocks_per_stack
 
 if TYPE_CHECKING:
   from resnet.config import ResNetConfig
 
 VARIATIONAL_MODES = ("none", "hybrid", "full")
-DEPTH = 20
 STACK_FILTERS = (16, 32, 64)
-BLOCKS_PER_STACK = (DEPTH - 2) // 6
 
 
 def fixup_initializer(depth: int = DEPTH) -> tf_keras.initializers.Initializer:
@@ -54,15 +54,15 @@ def fixup_initializer(depth: int = DEPTH) -> tf_keras.initializers.Initializer:
 
 
 class _ResNetParts:
-  """Builds the layers of one ResNet-20 in construction order (which fixes seeds and pairing)."""
+  """Builds the layers of one ResNet in construction order (which fixes seeds and pairing)."""
 
   def __init__(self, variational: str, batchnorm: bool, num_members: Optional[int], seed: int,
-               empirical_bayes_prior: bool, untransformed_scale_init: float):
+               empirical_bayes_prior: bool, untransformed_scale_init: float, depth: int):
     if variational not in VARIATIONAL_MODES:
       raise ValueError(f"unknown variational mode {variational!r}; allowed: "
                        f"{', '.join(VARIATIONAL_MODES)}")
     self.variational, self.batchnorm, self.num_members = variational, batchnorm, num_members
-    self.seed, self.count = seed, 0
+    self.seed, self.count, self.depth = seed, 0, depth
     self.bayesian = dict(num_members=num_members, trainable_prior_scale=empirical_bayes_prior,
                          untransformed_scale_init=untransformed_scale_init)
     self.activation = "relu" if variational == "none" else "selu"
@@ -74,7 +74,7 @@ class _ResNetParts:
   def conv(self, filters: int, kernel_size: int, strides: int, bayesian: bool):
     if bayesian:
       return Conv2DFlipout(filters, kernel_size, strides=strides, padding="SAME",
-                           kernel_initializer=fixup_initializer(), **self.bayesian)
+                           kernel_initializer=fixup_initializer(self.depth), **self.bayesian)
     return MemberConv2D(filters, kernel_size, self.num_members, strides=strides, padding="SAME",
                         kernel_initializer="he_normal", seed=self._next_seed())
 
@@ -114,21 +114,24 @@ class ResidualBlock(tf_keras.layers.Layer):
     return self.activation(shortcut + outputs)
 
 
-class ResNet20(tf_keras.layers.Layer):
-  """[M?, B, H, W, C] images -> [M?, B, num_classes] logits (see the module docstring)."""
+class ResNet(tf_keras.layers.Layer):
+  """[M?, B, H, W, C] images -> [M?, B, num_classes] logits (see the module docstring); `depth`
+  6n + 2 layers (20: ResNet-20)."""
 
   def __init__(self, variational: str = "hybrid", batchnorm: bool = False,
                num_members: Optional[int] = None, num_classes: int = 10, seed: int = 0,
                empirical_bayes_prior: bool = True,
-               untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE, **kwargs):
+               untransformed_scale_init: float = INITIAL_UNTRANSFORMED_POSTERIOR_SCALE,
+               depth: int = DEPTH, **kwargs):
     super().__init__(**kwargs)
+    num_blocks = blocks_per_stack(depth)
     parts = _ResNetParts(variational, batchnorm, num_members, seed, empirical_bayes_prior,
-                         untransformed_scale_init)
+                         untransformed_scale_init, depth)
     self.variational, self.num_members = variational, num_members
     self.stem = parts.conv(STACK_FILTERS[0], 3, 1, bayesian=False)
     self.blocks = [
         ResidualBlock(parts, filters, 2 if stack > 0 and block == 0 else 1)
-        for stack, filters in enumerate(STACK_FILTERS) for block in range(BLOCKS_PER_STACK)]
+        for stack, filters in enumerate(STACK_FILTERS) for block in range(num_blocks)]
     self.head = parts.head(num_classes)
     self.activation = tf_keras.activations.get(parts.activation)
 
@@ -145,7 +148,7 @@ class ResNet20(tf_keras.layers.Layer):
     return [layer.kernel for layer in layers_of(self) if isinstance(layer, MemberConv2D)]
 
 
-def l2_penalty(model: ResNet20, weight: float = 1e-4) -> tf.Tensor:
+def l2_penalty(model: ResNet, weight: float = 1e-4) -> tf.Tensor:
   """weight * sum of squared deterministic kernels, per member ([M] or scalar): the authors' L2."""
   total = None
   for kernel in model.deterministic_kernels:
@@ -155,16 +158,19 @@ def l2_penalty(model: ResNet20, weight: float = 1e-4) -> tf.Tensor:
   return weight * total
 
 
-def resnet20_networks(config: "ResNetConfig", num_classes: int) -> Networks:
-  """ResNet-20 for every method of Table 3: the configured variational variant for the VI family,
-  deterministic ReLU members for the ensemble, both with the L2 of their deterministic kernels."""
+def resnet_networks(config: "ResNetConfig", num_classes: int) -> Networks:
+  """The ResNet of --depth (ResNet-20 in Table 3) for every method: the configured variational
+  variant for the VI family, deterministic ReLU members for the ensemble, both with the L2 of
+  their deterministic kernels."""
   def mean_field(num_members):
-    return ResNet20(config.variational, config.batchnorm, num_members, num_classes,
-                    seed=config.seed, empirical_bayes_prior=config.empirical_bayes_prior,
-                    untransformed_scale_init=config.initial_untransformed_posterior_scale)
+    return ResNet(config.variational, config.batchnorm, num_members, num_classes,
+                  seed=config.seed, empirical_bayes_prior=config.empirical_bayes_prior,
+                  untransformed_scale_init=config.initial_untransformed_posterior_scale,
+                  depth=config.depth)
 
   def ensemble(num_members):
-    return ResNet20("none", config.batchnorm, num_members, num_classes, seed=config.seed)
+    return ResNet("none", config.batchnorm, num_members, num_classes, seed=config.seed,
+                  depth=config.depth)
 
   if config.l2 > 0:
     def penalty(model):

@@ -61,17 +61,17 @@ def test_a_benchmarks_networks_supply_exactly_the_methods_its_binary_offers():
   """Catches: a binary's config offering a method whose builder its networks lack (the run fails
   after data loading), or networks with a builder whose methods the binary never offers."""
   from image.lenet import lenet5_networks
-  from resnet.networks import resnet20_networks
+  from resnet.networks import resnet_networks
   from uci.networks import uci_networks
   for config_class, networks in ((UciConfig, uci_networks(UciConfig())),
                                  (ImageConfig, lenet5_networks(ImageConfig(), 10)),
-                                 (ResNetConfig, resnet20_networks(ResNetConfig(), 10))):
+                                 (ResNetConfig, resnet_networks(ResNetConfig(), 10))):
     offered = config_class.__dataclass_fields__["method"].metadata["choices"]
     assert registry.methods_for(networks.kinds(),
                                 penalty=networks.penalty is not None) == offered, config_class
   with pytest.raises(ValueError, match="supplies no 'mnf' networks; it supplies: mean_field, "
                      "ensemble"):
-    resnet20_networks(ResNetConfig(), 10).builder(network_kinds.MNF)
+    resnet_networks(ResNetConfig(), 10).builder(network_kinds.MNF)
 
 
 def test_a_misspelt_network_kind_is_refused():

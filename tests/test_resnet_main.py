@@ -15,11 +15,13 @@ from tests.method_runs import MethodRuns
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 2 steps of 32 an epoch, 2 epochs, the learning rate stepped down after step 3 (so that a run
-# killed after epoch 1 resumes before the step); refinement M = 2, K = 2, T = 2.
+# killed after epoch 1 resumes before the step); refinement M = 2, K = 2, T = 2. ResNet-8 (one
+# block per stack: an identity and two projection shortcuts, as ResNet-20 has) traces in half
+# the time; ResNet-20's own layers are test_resnet_networks'.
 TINY = dict(dataset="fashion_mnist", download=False, num_train_examples=64,
             num_test_examples=64, batch_size=32, epochs=2, decay_epochs=(1.5,),
             decay_factors=(0.1,), num_samples=2, num_auxiliary=2, steps_per_auxiliary=2,
-            ensemble_members=2, batchnorm=True)
+            ensemble_members=2, batchnorm=True, depth=8)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +146,7 @@ def _run(*flags):
     ("--epochs=0", "epochs=0.0 is out of range; allowed: > 0"),
     ("--decay_factors=0.1", "--decay_epochs has 4 values but --decay_factors 1"),
     ("--decay_epochs=80,40,160,180", "must be increasing epochs > 0"),
+    ("--depth=10", "--depth=10 is not a ResNet depth; allowed: 6n + 2 for n >= 1"),
 ])
 def test_bad_flags_are_one_line_usage_errors(tmp_path, flag, message):
   completed = _run(f"--output_dir={tmp_path / 'out'}", flag)

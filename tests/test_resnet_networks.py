@@ -1,4 +1,4 @@
-"""ResNet-20 v1 in its three variational modes, and batch norm with a member axis."""
+"""ResNet-20 v1 in its three variational modes, other depths, and batch norm with a member axis."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,19 +11,40 @@ from auxiliary_sampling.training_loop import TrainingLoop
 from auxiliary_sampling.model_parameters import mean_field_parameters, model_kl
 from auxiliary_sampling.predictive import categorical_log_likelihood
 from methods.trainers.batch_norm import MemberBatchNormalization
-from resnet.networks import DEPTH, ResNet20, fixup_initializer, l2_penalty
+from resnet.config import DEPTH
+from resnet.networks import ResNet, fixup_initializer, l2_penalty
 
 IMAGES = tf.random.stateless_normal([6, 32, 32, 3], seed=[0, 1])
 
 
 def test_the_deterministic_resnet20_has_the_papers_size_and_shapes():
   """0.27M weights (He et al. 2016's ResNet-20 for CIFAR-10); 8x8 maps pooled into the head."""
-  model = ResNet20("none", batchnorm=False)
+  model = ResNet("none", batchnorm=False)
   assert model(IMAGES).shape == (6, 10)
   assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 271_690
   # 3 (stem) + 18 block convs + 2 shortcuts: 21 deterministic convolutions.
   assert len(model.deterministic_kernels) == 21
-  assert ResNet20("none")(IMAGES[:, :28, :28, :1]).shape == (6, 10)   # Fashion-MNIST's images
+  assert ResNet("none")(IMAGES[:, :28, :28, :1]).shape == (6, 10)   # Fashion-MNIST's images
+
+
+@pytest.mark.parametrize("depth,blocks", [(8, 1), (32, 5)])
+def test_a_resnet_of_depth_6n_plus_2_has_n_blocks_per_stack(depth, blocks):
+  """The smaller and larger members of He et al.'s CIFAR family: 6n block convolutions, of which
+  the hybrid mode makes every second Bayesian, the two projection shortcuts, the fixup scale of
+  their depth. Catches: --depth not reaching the blocks, or the fixup scale kept at ResNet-20's."""
+  model = ResNet("hybrid", depth=depth)
+  assert model(IMAGES).shape == (6, 10)
+  assert len(model.blocks) == 3 * blocks
+  assert len(mean_field_parameters(model)) == 2 * 3 * blocks + 2
+  assert len(model.deterministic_kernels) == 1 + 3 * blocks + 2
+  bayesian = model.blocks[0].second.kernel_initializer
+  assert bayesian.scale == pytest.approx(2.0 / depth**0.5)
+
+
+@pytest.mark.parametrize("depth", [2, 7, 21, 8.0, True])
+def test_a_depth_that_is_not_6n_plus_2_is_refused(depth):
+  with pytest.raises(ValueError, match=f"depth={depth!r} is not a ResNet depth; allowed: 6n"):
+    ResNet("hybrid", depth=depth)
 
 
 @pytest.mark.parametrize("mode,bayesian_convs,deterministic_convs", [
@@ -31,7 +52,7 @@ def test_the_deterministic_resnet20_has_the_papers_size_and_shapes():
 def test_the_variational_modes_make_the_authors_layers_bayesian(mode, bayesian_convs,
                                                                 deterministic_convs):
   """hybrid: each block's second conv; full: both; the stem and shortcuts stay deterministic."""
-  model = ResNet20(mode)
+  model = ResNet(mode)
   model(IMAGES)
   parameters = mean_field_parameters(model)
   # A kernel and a bias per Bayesian conv, plus the Bayesian head's kernel and bias.
@@ -60,11 +81,11 @@ def test_a_member_network_is_its_members_each_alone(training):
   Catches: batch statistics pooled over members, a member's strided conv or
   shortcut applied with another member's kernel.
   """
-  stacked = ResNet20("none", batchnorm=True, num_members=3, seed=4)
+  stacked = ResNet("none", batchnorm=True, num_members=3, seed=4)
   stacked(IMAGES, training=True)   # moves the moving averages away from their start
   outputs = stacked(IMAGES, training=training)
   for member in range(3):
-    single = ResNet20("none", batchnorm=True, seed=99)
+    single = ResNet("none", batchnorm=True, seed=99)
     single(IMAGES)
     _copy_member(stacked, single, member)
     np.testing.assert_allclose(outputs[member], single(IMAGES, training=training), rtol=1e-4,
@@ -87,7 +108,7 @@ def test_member_batch_norm_matches_keras_batch_norm():
 
 
 def test_l2_penalty_is_per_member():
-  stacked = ResNet20("hybrid", num_members=2, seed=1)
+  stacked = ResNet("hybrid", num_members=2, seed=1)
   stacked(IMAGES)
   penalty = l2_penalty(stacked)
   for member in range(2):
@@ -104,7 +125,7 @@ def test_every_variational_parameter_trains_and_the_kl_falls():
   """
   images = tf.random.stateless_normal([64, 16, 16, 3], seed=[5, 6])
   labels = tf.range(64) % 10
-  model = ResNet20("full", batchnorm=True, untransformed_scale_init=-3.0)
+  model = ResNet("full", batchnorm=True, untransformed_scale_init=-3.0, depth=8)
   model(images[:1])
   before = [v.numpy().copy() for v in model.trainable_variables]
   kl_before = float(model_kl(model))
