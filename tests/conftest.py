@@ -1,5 +1,5 @@
-"""Test setup: legacy Keras before TensorFlow, quiet logs, every test seeded, and one way to find
-the benchmark data (`data_dir_for`)."""
+"""Test setup: legacy Keras before TensorFlow, quiet logs, every test seeded, one way to find the
+benchmark data (`data_dir_for`), and the heaviest files first on parallel workers."""
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -19,6 +19,15 @@ DATA_VARIABLE = "REFINED_VI_DATA_DIR"
 _IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
               "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 _UCI_FILES = ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """Under --dist loadfile, the heaviest test files go out first (tests/scheduling.py)."""
+  if config.getoption("dist") != "loadfile":
+    return None
+  from tests.scheduling import HeaviestFilesFirst
+  return HeaviestFilesFirst(config, log)
 
 
 @pytest.fixture(autouse=True)

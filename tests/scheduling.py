@@ -1,0 +1,54 @@
+"""The README's `pytest -n 2 --dist loadfile` hands out the heaviest test files first.
+
+xdist's loadfile scheduling queues the files by their number of tests, so a file of a few long
+tests (the two-worker runs: minutes in 8 tests) can start last while the other worker has nothing
+left to do. Handing out the longest files first (LPT, longest processing time first) leaves the
+short files for the end, so that both workers finish within a few seconds of each other.
+
+FILE_SECONDS are the heavy files' times in a quiet suite on 2 cores (`--durations=0`, summed per
+file); any other file counts SECONDS_PER_TEST per test. Stale numbers cost only balance, never a
+result.
+"""
+from __future__ import annotations
+
+from xdist.scheduler import LoadFileScheduling
+
+FILE_SECONDS = {
+    "tests/test_uci_main.py": 274, "tests/test_image_main.py": 272,
+    "tests/test_multi_worker.py": 220, "tests/test_distribution.py": 157,
+    "tests/test_bandits.py": 145, "tests/test_refine.py": 129, "tests/test_resnet_main.py": 115,
+    "tests/test_step_floor.py": 106, "tests/test_bandit_agents.py": 68,
+    "tests/test_uci_run_time.py": 61, "tests/test_vogn.py": 56, "tests/test_bandit_replicas.py": 51,
+    "tests/test_lenet.py": 46, "tests/test_baselines.py": 42, "tests/test_bandit_speed.py": 39,
+    "tests/test_eight_schools.py": 34, "tests/test_non_gaussian_refinement.py": 33,
+    "tests/test_refinement_checkpoint.py": 32, "tests/test_loop_settings.py": 29,
+    "tests/test_particles.py": 23, "tests/test_graph_loops.py": 23,
+    "tests/test_resnet_networks.py": 18, "tests/test_training_loop.py": 14,
+    "tests/test_toy_multimodal.py": 12, "tests/test_table_commands.py": 10,
+    "tests/test_misso.py": 10,
+}
+SECONDS_PER_TEST = 0.2
+
+
+def heaviest_first(files: dict[str, int]) -> list[str]:
+  """`files` (path: number of tests) from the longest expected time to the shortest; ties keep
+  their order."""
+  def seconds(path: str) -> float:
+    return FILE_SECONDS.get(path, SECONDS_PER_TEST * files[path])
+  return sorted(files, key=seconds, reverse=True)
+
+
+class HeaviestFilesFirst(LoadFileScheduling):
+  """loadfile scheduling (a file's tests on one worker, its module fixtures made once) whose
+  queue is in `heaviest_first` order."""
+
+  _ordered = False
+
+  def _assign_work_unit(self, node) -> None:
+    # xdist 3.6 fills `workqueue` in `schedule` and assigns from its front at once: order it at
+    # the first assignment.
+    if not self._ordered:
+      for path in heaviest_first({path: len(tests) for path, tests in self.workqueue.items()}):
+        self.workqueue.move_to_end(path)
+      self._ordered = True
+    super()._assign_work_unit(node)
