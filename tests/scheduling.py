@@ -5,27 +5,28 @@ tests (the two-worker runs: minutes in 8 tests) can start last while the other w
 left to do. Handing out the longest files first (LPT, longest processing time first) leaves the
 short files for the end, so that both workers finish within a few seconds of each other.
 
-FILE_SECONDS are the heavy files' times in a quiet suite on 2 cores (`--durations=0`, summed per
-file); any other file counts SECONDS_PER_TEST per test. Stale numbers cost only balance, never a
-result.
+FILE_SECONDS are the heavy files' times in a quiet suite on 2 cores (the README's command with
+`--durations=0`, summed per file; 2026-11-28); any other file counts SECONDS_PER_TEST per test.
+Stale numbers cost only balance, never a result.
 """
 from __future__ import annotations
 
 from xdist.scheduler import LoadFileScheduling
 
 FILE_SECONDS = {
-    "tests/test_uci_main.py": 274, "tests/test_image_main.py": 272,
-    "tests/test_multi_worker.py": 220, "tests/test_distribution.py": 157,
-    "tests/test_bandits.py": 145, "tests/test_refine.py": 129, "tests/test_resnet_main.py": 115,
-    "tests/test_step_floor.py": 106, "tests/test_bandit_agents.py": 68,
-    "tests/test_uci_run_time.py": 61, "tests/test_vogn.py": 56, "tests/test_bandit_replicas.py": 51,
-    "tests/test_lenet.py": 46, "tests/test_baselines.py": 42, "tests/test_bandit_speed.py": 39,
-    "tests/test_eight_schools.py": 34, "tests/test_non_gaussian_refinement.py": 33,
-    "tests/test_refinement_checkpoint.py": 32, "tests/test_loop_settings.py": 29,
-    "tests/test_particles.py": 23, "tests/test_graph_loops.py": 23,
-    "tests/test_resnet_networks.py": 18, "tests/test_training_loop.py": 14,
-    "tests/test_toy_multimodal.py": 12, "tests/test_table_commands.py": 10,
-    "tests/test_misso.py": 10,
+    "tests/test_uci_main.py": 308, "tests/test_image_main.py": 291,
+    "tests/test_distribution.py": 193, "tests/test_multi_worker.py": 192,
+    "tests/test_step_floor.py": 126, "tests/test_refine.py": 122, "tests/test_bandits.py": 121,
+    "tests/test_resnet_main.py": 105, "tests/test_bandit_agents.py": 83,
+    "tests/test_uci_run_time.py": 58, "tests/test_vogn.py": 54,
+    "tests/test_bandit_replicas.py": 50, "tests/test_eight_schools.py": 48,
+    "tests/test_baselines.py": 41, "tests/test_lenet.py": 39, "tests/test_loop_settings.py": 38,
+    "tests/test_non_gaussian_refinement.py": 37, "tests/test_bandit_speed.py": 37,
+    "tests/test_refinement_checkpoint.py": 33, "tests/test_particles.py": 29,
+    "tests/test_graph_loops.py": 22, "tests/test_resnet_networks.py": 21,
+    "tests/test_toy_multimodal.py": 17, "tests/test_training_loop.py": 16,
+    "tests/test_layers.py": 16, "tests/test_table_commands.py": 15, "tests/test_misso.py": 15,
+    "tests/test_numerics_fingerprint.py": 12,
 }
 SECONDS_PER_TEST = 0.2
 
