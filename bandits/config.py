@@ -8,6 +8,7 @@ from typing import Optional
 
 from common.config import (NOTHING, UsageError, data_dir_setting, download_setting, setting,
                            with_default)
+from bandits import mushroom
 from common.distribution import DeviceConfig
 
 AGENTS = ("refined_ts", "vi_ts", "eps_greedy", "svgd_ts", "fsvgd_ts")
@@ -141,3 +142,6 @@ class BanditConfig(DeviceConfig):
   def resolved_data_dir(self) -> Optional[str]:
     """--data_dir, else $REFINED_VI_DATA_DIR (CI and these machines), else None."""
     return self.data_dir or os.environ.get("REFINED_VI_DATA_DIR") or None
+
+  def locate_data(self) -> None:
+    mushroom.locate(self.resolved_data_dir, self.download)

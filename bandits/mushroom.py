@@ -77,9 +77,15 @@ def parse(path: str) -> Mushrooms:
   return Mushrooms(contexts=contexts, edible=edible)
 
 
+def locate(data_dir: Optional[str] = None, download_allowed: bool = True) -> str:
+  """The verified path of the mushroom file: in `data_dir/mushroom/`, else the cache, else
+  downloaded into it (SHA-256 checked); OSError if missing and not downloaded, or corrupt."""
+  return download.locate(RELATIVE_PATH, SHA256, URL, data_dir, download=download_allowed)
+
+
 def load(data_dir: Optional[str] = None, download_allowed: bool = True) -> Mushrooms:
   """The mushrooms from `data_dir/mushroom/`, else the cache, else downloaded (SHA-256 checked)."""
-  return parse(download.locate(RELATIVE_PATH, SHA256, URL, data_dir, download=download_allowed))
+  return parse(locate(data_dir, download_allowed))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -163,6 +163,12 @@ class Config:
     """Whether the run can use `num_replicas` replicas (a subclass's, each calling super());
     raises UsageError."""
 
+  def locate_data(self) -> None:
+    """Finds the files the run will read (downloading them where allowed) and checks their
+    checksums, before TensorFlow loads, so that a missing or corrupt file ends a binary's run at
+    once with one line (an OSError) rather than after TensorFlow's and the devices' start-up; the
+    loaders check the files again. A config whose binary reads files overrides this."""
+
   def thread_count(self) -> int:
     """The intra-op thread count to set at start-up: --intra_op_threads where the binary declares
     it (>= 0 there; a config whose flag takes other values, as UciConfig's -1, overrides this),

@@ -129,8 +129,12 @@ def _idx_path(dataset: str, name: str, data_dir: Optional[str], cache_dir: Optio
                          cache_dir, download_allowed)
 
 
+def _idx_paths(dataset, data_dir, cache_dir, download_allowed) -> list[str]:
+  return [_idx_path(dataset, name, data_dir, cache_dir, download_allowed) for name in _IDX_FILES]
+
+
 def _load_idx_dataset(dataset, data_dir, cache_dir, download_allowed):
-  paths = [_idx_path(dataset, name, data_dir, cache_dir, download_allowed) for name in _IDX_FILES]
+  paths = _idx_paths(dataset, data_dir, cache_dir, download_allowed)
   arrays = [read_idx(path, 0x803 if "images" in path else 0x801) for path in paths]
   for images, labels, path in ((arrays[0], arrays[1], paths[1]), (arrays[2], arrays[3], paths[3])):
     if len(images) != len(labels):
@@ -199,7 +203,10 @@ def local_cifar10_folder(data_dir: Optional[str] = None,
   return archive if os.path.exists(archive) else None
 
 
-def _load_cifar10(data_dir, cache_dir, download_allowed):
+def _cifar10_files(data_dir, cache_dir, download_allowed) -> tuple[list[str], str]:
+  """The paths of a CIFAR-10 folder's batches (train..., test) and its kind ('bin' | 'py'): a
+  folder under `data_dir`, else the cache's, else the archive extracted there (downloaded if
+  allowed); OSError if a batch is missing."""
   found = _cifar_folder(data_dir)
   if found is None:
     cache = cache_dir or download.DEFAULT_CACHE_DIR
@@ -212,17 +219,21 @@ def _load_cifar10(data_dir, cache_dir, download_allowed):
         tar.extractall(os.path.dirname(archive), filter="data")
       found = _cifar_folder(os.path.join(cache, "cifar10"))
   folder, kind = found
-  reader = _read_cifar_bin if kind == "bin" else _read_cifar_py
   train_names, test_name = (_CIFAR10_BIN_TRAIN,
                             "test_batch.bin") if kind == "bin" else (_CIFAR10_PY_TRAIN,
                                                                      "test_batch")
-  parts = []
-  for name in train_names + [test_name]:
-    path = os.path.join(folder, name)
+  paths = [os.path.join(folder, name) for name in train_names + [test_name]]
+  for path in paths:
     if not os.path.exists(path):
       raise OSError(
           f"{path} is missing (a CIFAR-10 folder needs {', '.join(train_names)} and {test_name})")
-    parts.append(reader(path))
+  return paths, kind
+
+
+def _load_cifar10(data_dir, cache_dir, download_allowed):
+  paths, kind = _cifar10_files(data_dir, cache_dir, download_allowed)
+  reader = _read_cifar_bin if kind == "bin" else _read_cifar_py
+  parts = [reader(path) for path in paths]
   x_train = np.concatenate([images for images, _ in parts[:-1]])
   y_train = np.concatenate([labels for _, labels in parts[:-1]])
   return x_train, y_train, parts[-1][0], parts[-1][1]
@@ -287,6 +298,28 @@ def standardise(train: np.ndarray, test: np.ndarray,
   return (train - mean) / std, (test - mean) / std, mean, std
 
 
+def _check_data_dir(dataset: str, data_dir: Optional[str], source: str) -> None:
+  if source == "files" and data_dir and not os.path.isdir(data_dir):
+    raise OSError(
+        f"data_dir {data_dir} is not a folder (give a folder holding {dataset}/ or its files, "
+        "or no data_dir to use the cache and downloads)")
+
+
+def locate_files(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True,
+                 source: str = "files", cache_dir: Optional[str] = None) -> list[str]:
+  """The local paths of the files `load` reads (downloaded where missing and allowed; MNIST's
+  and Fashion-MNIST's checksummed; CIFAR-10's archive extracted, its batches present, their
+  sizes checked when read), or [] for tensorflow_datasets, which finds its own; OSError if one
+  is missing or corrupt."""
+  check_name(dataset)
+  _check_data_dir(dataset, data_dir, source)
+  if source == "tfds":
+    return []
+  if dataset == "cifar10":
+    return _cifar10_files(data_dir, cache_dir, download_allowed)[0]
+  return _idx_paths(dataset, data_dir, cache_dir, download_allowed)
+
+
 def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = True,
          source: str = "files", cache_dir: Optional[str] = None,
          pixel_scaling: str = "standardise") -> ImageData:
@@ -297,10 +330,7 @@ def load(dataset: str, data_dir: Optional[str] = None, download_allowed: bool = 
   if pixel_scaling not in PIXEL_SCALINGS:
     raise ValueError(
         f"unknown pixel_scaling {pixel_scaling!r}; allowed: {', '.join(PIXEL_SCALINGS)}")
-  if source == "files" and data_dir and not os.path.isdir(data_dir):
-    raise OSError(
-        f"data_dir {data_dir} is not a folder (give a folder holding {dataset}/ or its files, "
-        "or no data_dir to use the cache and downloads)")
+  _check_data_dir(dataset, data_dir, source)
   if source == "tfds":
     x_train, y_train, x_test, y_test = _load_tfds(dataset, data_dir, download_allowed)
   elif dataset == "cifar10":

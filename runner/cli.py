@@ -193,6 +193,7 @@ def main(config_class: type, train_and_evaluate: Callable[[Config, str], dict],
       return
     note_start_commit()
     with removed_if_failed_empty(output_dir, created):
+      config.locate_data()
       quiet_tensorflow_startup(flags.FLAGS.tf_log, config.thread_count(),
                                getattr(config, "xla_cache_dir", None),
                                getattr(config, "multi_worker", False))

@@ -51,3 +51,6 @@ class ImageClassificationConfig(MethodConfig):
   @property
   def resolved_data_dir(self) -> Optional[str]:
     return self.data_dir or images.default_data_dir()
+
+  def locate_data(self) -> None:
+    images.locate_files(self.dataset, self.resolved_data_dir, self.download, self.source)

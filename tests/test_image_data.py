@@ -193,3 +193,18 @@ def test_a_python_batch_without_the_expected_keys_is_a_format_error(tmp_path):
   path.write_bytes(pickle.dumps({b"pixels": []}))
   with pytest.raises(OSError, match="data_batch_1 is not a CIFAR-10 python batch"):
     images._read_cifar_py(str(path))
+
+
+def test_locate_files_names_what_load_reads(tmp_path, data_dir_for):
+  """The files a binary checks before TensorFlow loads (`Config.locate_data`) are those `load`
+  reads: MNIST's four, a CIFAR-10 folder's six batches; tensorflow_datasets finds its own."""
+  data_dir = data_dir_for("fashion_mnist")
+  paths = images.locate_files("fashion_mnist", data_dir, download_allowed=False)
+  assert [os.path.basename(p) for p in paths] == list(images._IDX_FILES)
+  folder = images.write_synthetic_cifar10(str(tmp_path / "cifar10"), examples_per_batch=2)
+  paths = images.locate_files("cifar10", str(tmp_path), download_allowed=False)
+  assert [os.path.dirname(p) for p in paths] == [folder] * 6
+  assert images.locate_files("mnist", None, download_allowed=False, source="tfds") == []
+  os.remove(paths[3])
+  with pytest.raises(OSError, match="data_batch_4.bin is missing"):
+    images.locate_files("cifar10", str(tmp_path), download_allowed=False)

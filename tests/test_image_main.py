@@ -212,22 +212,25 @@ def test_paper_scale_runs_checkpoint_several_times_before_their_end(trainer):
 
 
 def test_bad_data_is_a_runtime_error_naming_the_file(tmp_path, data_dir_for):
+  """A corrupt or missing file ends the run with its one line before TensorFlow loads (the only
+  stderr line), exit 1, and no output folder left."""
   corrupted = tmp_path / "data" / "fashion_mnist"
   shutil.copytree(os.path.join(data_dir_for("fashion_mnist"), "fashion_mnist"), corrupted)
   (corrupted / "train-labels-idx1-ubyte.gz").chmod(0o644)
   (corrupted / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b truncated")
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=fashion_mnist",
                    f"--data_dir={corrupted.parent}", "--nodownload")
-  last_line = completed.stderr.strip().splitlines()[-1]
-  assert completed.returncode == 1
-  assert last_line.startswith(
-      "error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in last_line
+  lines = completed.stderr.strip().splitlines()
+  assert completed.returncode == 1 and len(lines) == 1, lines
+  assert lines[0].startswith(
+      "error: checksum mismatch for") and "train-labels-idx1-ubyte.gz" in lines[0]
   (tmp_path / "empty").mkdir()
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=cifar10",
                    f"--data_dir={tmp_path / 'empty'}", "--nodownload")
-  assert completed.returncode == 1 and "cifar-10-binary.tar.gz is not in" in completed.stderr.strip(
-  ).splitlines()[-1]
-  assert not (tmp_path / "out" / "results.json").exists()
+  lines = completed.stderr.strip().splitlines()
+  assert completed.returncode == 1 and len(lines) == 1, lines
+  assert "cifar-10-binary.tar.gz is not in" in lines[0]
+  assert not (tmp_path / "out").exists()
 
 
 def test_cifar10_smoke_run_on_synthetic_files(tmp_path):

@@ -410,7 +410,16 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message
   assert not (tmp_path / "results.json").exists()
 
 
-def test_bad_data_is_a_runtime_error_without_results(tmp_path, yacht_dir):
+def test_bad_data_is_a_runtime_error_without_results(tmp_path, monkeypatch, yacht_dir):
+  """A corrupt or missing file ends the run with one line and exit 1 before TensorFlow loads
+  (here it cannot: a `tensorflow` that fails to import comes first on the path), leaving no
+  output folder. Catches `Config.locate_data` not called before start-up (planted: the error is
+  then the import's), where TensorFlow's and the devices' start-up (a minute on a TPU) came
+  before the error."""
+  no_tensorflow = tmp_path / "no_tensorflow" / "tensorflow"
+  no_tensorflow.mkdir(parents=True)
+  (no_tensorflow / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(no_tensorflow.parent), REPO]))
   corrupted = tmp_path / "data"
   shutil.copytree(os.path.join(yacht_dir, "uci", "yacht_hydrodynamics"),
                   corrupted / "yacht_hydrodynamics")
@@ -419,14 +428,15 @@ def test_bad_data_is_a_runtime_error_without_results(tmp_path, yacht_dir):
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=yacht_hydrodynamics",
                    f"--data_dir={corrupted}")
   assert completed.returncode == 1
-  assert completed.stderr.strip().splitlines()[-1].startswith("error: checksum mismatch")
+  lines = completed.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: checksum mismatch"), lines
   empty = tmp_path / "empty"
   empty.mkdir()
   completed = _run(f"--output_dir={tmp_path / 'out'}", "--dataset=kin8nm", f"--data_dir={empty}",
                    "--nodownload")
-  assert completed.returncode == 1 and "downloading is off" in completed.stderr.strip().splitlines(
-  )[-1]
-  assert not (tmp_path / "out" / "results.json").exists()
+  lines = completed.stderr.strip().splitlines()
+  assert completed.returncode == 1 and len(lines) == 1 and "downloading is off" in lines[0], lines
+  assert not (tmp_path / "out").exists()
 
 
 def test_run_table_refines_a_variant_from_an_existing_tables_vi_models(tmp_path, tiny):

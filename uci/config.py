@@ -89,3 +89,6 @@ class UciConfig(MethodConfig, *registry.configs_of(METHODS)):
   @property
   def resolved_data_dir(self) -> Optional[str]:
     return self.data_dir or data.default_data_dir()
+
+  def locate_data(self) -> None:
+    data.locate_files(self.dataset, self.resolved_data_dir, self.download)

@@ -118,6 +118,15 @@ def check_name(name: str) -> str:
   return name
 
 
+def locate_files(name: str, data_dir: Optional[str] = None,
+                 download_allowed: bool = True) -> list[str]:
+  """The verified local paths of every file `load` and `num_standard_splits` read (downloaded
+  into the cache where missing and allowed); OSError if one is missing or corrupt."""
+  check_name(name)
+  return [_local_file(name, file, data_dir, download_allowed)
+          for file in ("data.txt", "index_features.txt", "index_target.txt", "n_splits.txt")]
+
+
 def load(name: str, data_dir: Optional[str] = None,
          download_allowed: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """All rows of a dataset: features [N, D] and targets [N], float64.
