@@ -56,8 +56,10 @@ def test_two_replicas_take_one_devices_actions_rewards_and_regret(tmp_path, data
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
     (["--num_cores=2"], "--num_cores=2 needs --use_gpu, --tpu or --multi_worker"),
 ])
-def test_hardware_flags_that_do_not_fit_the_bandit_are_one_line(tmp_path, flags, message):
-  completed = _bandit(tmp_path / "out", *flags)
+def test_hardware_flags_that_do_not_fit_the_bandit_are_one_line(tmp_path, data_dir_for, flags,
+                                                                message):
+  """Each one line, exit 2 (the strategy's checks come after the data file is found)."""
+  completed = _bandit(tmp_path / "out", f"--data_dir={data_dir_for('mushroom')}", *flags)
   assert completed.returncode == 2, completed.stderr[-2000:]
   assert message in completed.stderr
   assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr

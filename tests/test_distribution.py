@@ -343,8 +343,12 @@ def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path, data_d
      "--batch_size=63 does not split evenly over 2 replicas; allowed: a multiple of 2"),
     (["--use_bfloat16"], 0, "--use_bfloat16 is not supported"),
 ])
-def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, flags, cpu_devices, message):
-  completed = _uci(f"--output_dir={tmp_path}", "--method=vi", *UCI_TINY, *flags,
+def test_hardware_flags_that_do_not_fit_are_refused(tmp_path, data_dir_for, flags, cpu_devices,
+                                                    message):
+  """Each one line, exit 2. The strategy's checks come after the data files are found (before
+  TensorFlow loads), so the runs get them."""
+  completed = _uci(f"--output_dir={tmp_path}", "--method=vi", *UCI_TINY,
+                   f"--data_dir={data_dir_for('boston_housing')}", *flags,
                    cpu_devices=cpu_devices)
   assert completed.returncode == 2, completed.stderr[-2000:]
   assert message in completed.stderr
