@@ -21,8 +21,8 @@ from tests.method_runs import MethodRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Batches of 32 and M = 2 samples: a LeNet-5 step's cost is its batch's, refinement's and
-# vi_equal_compute's steps cost M times a VI step's. With them every method still beats chance
+# Batches of 32 and M = 2 samples: a LeNet-5 step's cost is its batch's, refinement's steps cost
+# M times a VI step's. With them every method still beats chance
 # by far (below) and each stage of the staircase gains ~10 standard errors of its 5-step ends
 # (measured: VI 92 %, MNF 90 %, the ensemble 90 %, VOGN 41 % accurate; stage gains 10,000 nats).
 TINY = dict(dataset="mnist", download=False, num_train_examples=1024,
@@ -49,12 +49,19 @@ def method_runs(tmp_path_factory, data_dir_for):
                     data_dir=data_dir_for("mnist"), **TINY)
 
 
-@pytest.mark.parametrize("method", METHODS)
+# Two methods are compositions of parts run here: refined_vogn is the vogn fit then refined_vi's
+# refinement, vi_equal_compute the vi fit trained further; both compositions run end to end in
+# test_uci_main (and vi_equal_compute in test_resnet_main, with its step count), so they are left
+# out here (their LeNet-5 runs took a minute).
+COMPOSED = ("refined_vogn", "vi_equal_compute")
+
+
+@pytest.mark.parametrize("method", [method for method in METHODS if method not in COMPOSED])
 def test_every_method_writes_its_metrics(method_runs, method):
-  """Every method end to end on MNIST. Catches: a method that does not learn (chance accuracy),
-  refinement that does not climb (ELBO_aux, the per-stage and whole-data staircases; planted:
-  refinement's steps descending the ELBO, fails), vi_equal_compute not given refinement's M K T
-  extra steps, a predictive worse than its members, metrics missing from results.json."""
+  """Every method but the COMPOSED ones end to end on MNIST. Catches: a method that does not
+  learn (chance accuracy), refinement that does not climb (ELBO_aux, the per-stage and whole-data
+  staircases; planted: refinement's steps descending the ELBO, fails), a predictive worse than
+  its members, metrics missing from results.json."""
   metrics, results = method_runs(method)
   output = method_runs.root / method
   assert results["benchmark"] == "image" and results["method"] == method
@@ -77,8 +84,6 @@ def test_every_method_writes_its_metrics(method_runs, method):
     assert metrics["elbo"] == pytest.approx(
         metrics["elbo_expected_log_likelihood"] - metrics["elbo_kl"], rel=1e-9)
     assert metrics["elbo_kl"] > 0 > metrics["elbo_expected_log_likelihood"]
-  if method == "vi_equal_compute":
-    assert metrics["total_vi_steps"] == 150 + 2 * 3 * 20
   if method in REFINED:
     assert metrics["elbo_aux"] > metrics["elbo"]
     assert metrics["elbo_aux"] == pytest.approx(
