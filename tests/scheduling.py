@@ -14,14 +14,14 @@ from __future__ import annotations
 from xdist.scheduler import LoadFileScheduling
 
 FILE_SECONDS = {
-    "tests/test_uci_main.py": 308, "tests/test_image_main.py": 291,
+    "tests/test_uci_main.py": 308, "tests/test_image_main.py": 230,
     "tests/test_distribution.py": 193, "tests/test_multi_worker.py": 192,
     "tests/test_step_floor.py": 126, "tests/test_refine.py": 122, "tests/test_bandits.py": 121,
     "tests/test_resnet_main.py": 105, "tests/test_bandit_agents.py": 83,
-    "tests/test_uci_run_time.py": 58, "tests/test_vogn.py": 54,
+    "tests/test_uci_run_time.py": 42, "tests/test_vogn.py": 54,
     "tests/test_bandit_replicas.py": 50, "tests/test_eight_schools.py": 48,
     "tests/test_baselines.py": 41, "tests/test_lenet.py": 39, "tests/test_loop_settings.py": 38,
-    "tests/test_non_gaussian_refinement.py": 37, "tests/test_bandit_speed.py": 37,
+    "tests/test_non_gaussian_refinement.py": 37, "tests/test_bandit_speed.py": 30,
     "tests/test_refinement_checkpoint.py": 33, "tests/test_particles.py": 29,
     "tests/test_graph_loops.py": 22, "tests/test_resnet_networks.py": 21,
     "tests/test_toy_multimodal.py": 17, "tests/test_training_loop.py": 16,
