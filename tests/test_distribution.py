@@ -265,46 +265,31 @@ def _check_two_replicas_match_one_device(two: dict, one: dict) -> None:
                                err_msg=metric)
 
 
-# UCI's refined VI on 2 replicas is checked twice more: with noise drawn ahead (the default flags,
-# chunks of 100 steps) in test_multi_worker's default-loop test, against one uncompiled device,
-# the reference its resumed two workers share; drawing inside each step in the script test below.
-def test_uci_binary_with_use_gpu_on_two_replicas_matches_one_device(tmp_path, data_dir_for):
-  """`--use_gpu` end to end: MirroredStrategy over 2 devices, same results as one device, for
-  refined VOGN with the default loop flags. This catches per-replica curvature means not
-  all-reduced, and VOGN's updates written with `assign` in replica context (MirroredStrategy
-  refuses them). With noise drawn ahead (one device: the default XLA-compiled chunks; two: a
-  strategy.run per step, not compiled) it catches replicas that cut the chunk's draws to the
-  wrong rows."""
-  for name, flags in (("one", []), ("two", ["--use_gpu", "--num_cores=2", "--nojit_compile"])):
-    completed = _uci(f"--output_dir={tmp_path / name}", "--method=refined_vogn", *UCI_TINY,
-                     f"--data_dir={data_dir_for('boston_housing')}", *flags)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-  _check_two_replicas_match_one_device(_uci_results(tmp_path / "two"),
-                                       _uci_results(tmp_path / "one"))
-
-
+# UCI's refined VI on 2 replicas is checked end to end in test_multi_worker's default-loop test
+# (noise drawn ahead, chunks of 100 steps), against one uncompiled device; drawing inside each step
+# in the library's equivalence checks above (`refinement`). The binary's own --use_gpu on 2
+# replicas is the image test's below.
 def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path,
                                                                               data_dir_for):
   """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
-  trains on 2 replicas, as the binary does, and ends as the binary's run on one device: refined
-  VI with the noise drawn inside each step (--nojit_compile --noise_chunk_steps=0). Catches the
-  strategy scope applied only by `cli.main` (the script's run then trained on one device while
-  its config said two), and refined VI on replicas whose per-step draws (VI's and refinement's)
-  or refinement differ from one device's. (The binary's own --use_gpu is the refined VOGN test's
-  above; a script's config is what the binary builds from its flags.)"""
-  loop = ["--nojit_compile", "--noise_chunk_steps=0"]
+  trains on 2 replicas, as the binary does, and ends as the binary's run on one device, for
+  refined VOGN with noise drawn ahead (one device: the default XLA-compiled chunks; two: a
+  strategy.run per step, not compiled). Catches the strategy scope applied only by `cli.main`
+  (the script's run then trained on one device while its config said two), per-replica curvature
+  means not all-reduced, VOGN's updates written with `assign` in replica context
+  (MirroredStrategy refuses them), and replicas that cut the chunk's draws to the wrong rows."""
   data_dir = data_dir_for("boston_housing")
-  one = _uci(f"--output_dir={tmp_path / 'one'}", "--method=refined_vi", *UCI_TINY,
-             f"--data_dir={data_dir}", *loop)
+  one = _uci(f"--output_dir={tmp_path / 'one'}", "--method=refined_vogn", *UCI_TINY,
+             f"--data_dir={data_dir}")
   assert one.returncode == 0, one.stderr[-2000:]
-  settings = dict(flag[2:].split("=", 1) for flag in UCI_TINY + loop if "=" in flag)
+  settings = dict(flag[2:].split("=", 1) for flag in UCI_TINY if "=" in flag)
   settings = {name: int(value) if value.isdigit() else value for name, value in settings.items()}
   script = f"""
 from common.distribution import split_cpu_for_tests
 split_cpu_for_tests()
 from uci import main
 from uci.config import UciConfig
-config = UciConfig(method="refined_vi", data_dir={data_dir!r}, jit_compile=False, use_gpu=True,
+config = UciConfig(method="refined_vogn", data_dir={data_dir!r}, jit_compile=False, use_gpu=True,
                    num_cores=2, **{settings!r})
 main.train_and_evaluate(config, {str(tmp_path / 'two')!r})
 """
@@ -312,7 +297,7 @@ main.train_and_evaluate(config, {str(tmp_path / 'two')!r})
                              text=True, timeout=300, env=_environment(2))
   assert completed.returncode == 0, completed.stderr[-2000:]
   two = _uci_results(tmp_path / "two")
-  assert not two["flags"]["jit_compile"] and two["flags"]["noise_chunk_steps"] == 0
+  assert not two["flags"]["jit_compile"] and two["flags"]["noise_chunk_steps"] == 100
   _check_two_replicas_match_one_device(two, _uci_results(tmp_path / "one"))
 
 
