@@ -14,7 +14,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # refined_ts updates q with the very loop vi_ts does (`Agent.observe`, Bayesian) and then refines;
 # eps_greedy is the point network's loop: so vi_ts, a third of each run, adds no path of its own.
-TINY = ["--seeds=0,1", "--horizon=32", "--update_steps=16", "--refine_steps=16",
+TINY = ["--seeds=0,1", "--horizon=16", "--update_steps=16", "--refine_steps=16",
         "--steps_per_checkpoint=16", "--noise_scale=1", "--hidden_units=16", "--nodownload",
         "--agents=refined_ts,eps_greedy", "--epsilons=0.1"]
 

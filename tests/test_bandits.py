@@ -383,15 +383,16 @@ def test_a_corrupt_regret_record_is_one_runtime_line_and_nothing_written(tmp_pat
 
 
 @pytest.mark.parametrize("agent_name,loop", [
-    ("refined_ts", LoopSettings()), ("refined_ts", LoopSettings(noise_chunk_steps=100)),
-    ("eps_greedy", LoopSettings()), ("fsvgd_ts", LoopSettings())])
+    ("refined_ts", LoopSettings(noise_chunk_steps=100)), ("eps_greedy", LoopSettings()),
+    ("fsvgd_ts", LoopSettings())])
 def test_a_killed_run_resumes_exactly(tmp_path, mushrooms, agent_name, loop):
   """Catches a checkpoint that misses part of the state (history, optimiser moments, the noise
   and batch counters, the record): the resumed run would diverge from the uninterrupted one.
-  Also with noise drawn ahead in chunks, as the binary's default loop draws it (the binary also
-  compiles the chunks with XLA, which holds no state of its own and gives the plain chunks'
-  numbers: test_loop_settings; compiling tripled this case's time). One hidden layer: its three
-  agents' loops trace faster, and hold the same kinds of state."""
+  refined_ts with noise drawn ahead in chunks, as the binary's default loop draws it (the binary
+  also compiles the chunks with XLA, which holds no state of its own and gives the plain chunks'
+  numbers: test_loop_settings; compiling tripled this case's time; its per-step loop's case took
+  as long again). The other two run per step. One hidden layer: its three agents' loops trace
+  faster, and hold the same kinds of state."""
   config = BanditConfig(**{**TINY, "num_hidden_layers": 1, "jit_compile": loop.jit_compile,
                            "noise_chunk_steps": loop.noise_chunk_steps})
   _kill_and_resume(tmp_path, mushrooms, agent_name, config)

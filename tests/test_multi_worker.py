@@ -280,7 +280,7 @@ def test_workers_whose_clocks_disagree_make_the_same_calls_and_train_as_one_devi
                              rtol=1e-5)
 
 
-ROUNDS = 30
+ROUNDS = 8
 
 
 def _pausable_worker() -> None:
