@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -38,18 +40,22 @@ def test_a_finished_binary_leaves_at_once_with_its_output_flushed(tmp_path):
   assert "a progress line" in completed.stderr
 
 
-def test_a_failed_binary_still_exits_with_its_one_line_and_status(tmp_path):
-  """The fast exit is for finished runs only: a runtime failure keeps status 1 and its line."""
-  completed = _run_script(tmp_path, """
+@pytest.mark.parametrize("error", [
+    'RuntimeError("the mushroom file has 21 columns, 23 expected")',
+    'FloatingPointError("vi_ts: non-finite ELBO at bandit step 1; the model diverged")'])
+def test_a_failed_binary_still_exits_with_its_one_line_and_status(tmp_path, error):
+  """The fast exit is for finished runs only: a runtime failure keeps status 1 and its line
+  (a diverged run's FloatingPointError too: a diverged run is a failure, never a result)."""
+  completed = _run_script(tmp_path, f"""
       from runner import cli
       def main(argv):
         print("partial")
-        raise RuntimeError("the mushroom file has 21 columns, 23 expected")
+        raise {error}
       cli.run(main)
   """)
   assert completed.returncode == 1
-  assert completed.stderr.strip().splitlines()[-1] == (
-      "error: the mushroom file has 21 columns, 23 expected")
+  message = error.split('"')[1]
+  assert completed.stderr.strip().splitlines()[-1] == f"error: {message}"
   assert completed.stdout == "partial\n"
 
 
