@@ -4,11 +4,6 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Under `-n N` (one test process per core) each process, and the binaries its tests start, takes
-# one intra-op thread: TensorFlow's default of one per core made N processes share the cores with
-# N times as many threads, which spin while they wait.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-  os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import random  # noqa: E402
 
