@@ -47,6 +47,7 @@ def _equivalence_checks() -> None:
   from auxiliary_sampling.adam import Adam
   from auxiliary_sampling.elbo_objective import ElboObjective, GradientUpdate
   from auxiliary_sampling.layers import Conv2DFlipout, DenseReparameterization
+  from auxiliary_sampling.loop_settings import LoopSettings
   from auxiliary_sampling.refine import refine
   from auxiliary_sampling.schedule import AuxiliarySchedule
   from auxiliary_sampling.training_batches import UniformBatches
@@ -54,6 +55,7 @@ def _equivalence_checks() -> None:
   from methods.trainers import deep_ensemble
   from methods.trainers import mnf
   from methods.trainers.training import CheckpointedTraining
+  from methods.trainers.vogn import VognSettings, VognTrainer
 
   one_device = tf.distribute.get_strategy()
   two_replicas = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -128,6 +130,18 @@ def _equivalence_checks() -> None:
                 kl_fn=lambda: mnf.mnf_kl(model)).maximize(4, 1e-2)
 
   compare("mnf", lambda: mnf.regression_mnf(8, seed=3), features, fit_mnf)
+
+  def fit_vogn(strategy, model):
+    """VOGN with its weight draws taken from chunks drawn ahead (UCI's default loop), two
+    chunks of 2 steps."""
+    with strategy.scope():
+      VognTrainer(model, features, targets, gaussian, learning_rate=1e-2, batch_size=32, seed=2,
+                  settings=VognSettings(mc_samples=2),
+                  loop_settings=LoopSettings(noise_chunk_steps=2)).train(4)
+
+  compare("vogn", lambda: tf_keras.Sequential([
+      DenseReparameterization(8, activation="relu", trainable_prior_scale=False),
+      DenseReparameterization(1, trainable_prior_scale=False)]), features, fit_vogn)
 
   def batch_norm_net():
     from methods.trainers.batch_norm import MemberBatchNormalization
@@ -207,8 +221,8 @@ def findings():
   return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("method", ["vi", "deep_ensemble", "mnf", "refinement", "batch_norm",
-                                    "augmentation"])
+@pytest.mark.parametrize("method", ["vi", "deep_ensemble", "mnf", "vogn", "refinement",
+                                    "batch_norm", "augmentation"])
 def test_two_replicas_train_as_one_device(findings, method):
   """Same weights and noise streams: 2 replicas and 1 device agree to float32 round-off.
 
@@ -216,7 +230,9 @@ def test_two_replicas_train_as_one_device(findings, method):
   averaged over the global batch, every replica drawing the same per-example
   noise rows, batch norm with each replica's own statistics (planted, each
   fails here by 2e-4 or more), an Adam step or noise counter advanced once
-  per replica, replicas augmenting their rows alike or each its own way (planted: each replica
+  per replica, VOGN's per-replica curvature means not all-reduced or its updates written with
+  `assign` in replica context (MirroredStrategy refuses them), replicas that cut a drawn-ahead
+  chunk's draws to the wrong rows, replicas augmenting their rows alike or each its own way (planted: each replica
   drawing its rows' transforms as if it held the whole batch; fails), as ResNet-20's
   --data_augmentation does on 2 replicas (its 2-worker run is test_multi_worker's).
   The all-reduced sums (and batch norm's statistics) add up in an order that can
@@ -256,49 +272,31 @@ def _uci_results(directory) -> dict:
   return json.loads((directory / "results.json").read_text())
 
 
-def _check_two_replicas_match_one_device(two: dict, one: dict) -> None:
-  assert two["machine"]["replicas"] == 2
-  assert two["machine"]["strategy"] == "MirroredStrategy"
-  assert one["machine"]["replicas"] == 1
-  for metric in ("test_mll", "test_rmse", "elbo", "elbo_aux"):
-    np.testing.assert_allclose(two["metrics"][metric], one["metrics"][metric], rtol=1e-5,
-                               err_msg=metric)
-
-
-# UCI's refined VI on 2 replicas is checked end to end in test_multi_worker's default-loop test
-# (noise drawn ahead, chunks of 100 steps), against one uncompiled device; drawing inside each step
-# in the library's equivalence checks above (`refinement`). The binary's own --use_gpu on 2
-# replicas is the image test's below.
+# UCI's refined VI on 2 replicas is checked end to end against one device in test_multi_worker's
+# default-loop test (noise drawn ahead, chunks of 100 steps); VOGN's steps and refinement on 2
+# replicas in the library's equivalence checks above; the binary's own --use_gpu on 2 replicas
+# in the image test below.
 def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path,
                                                                               data_dir_for):
   """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
-  trains on 2 replicas, as the binary does, and ends as the binary's run on one device, for
-  refined VOGN with noise drawn ahead (one device: the default XLA-compiled chunks; two: a
-  strategy.run per step, not compiled). Catches the strategy scope applied only by `cli.main`
-  (the script's run then trained on one device while its config said two), per-replica curvature
-  means not all-reduced, VOGN's updates written with `assign` in replica context
-  (MirroredStrategy refuses them), and replicas that cut the chunk's draws to the wrong rows."""
+  trains on 2 replicas, as the binary does. Catches the strategy scope applied only by
+  `cli.main` (the script's run then trained on one device while its config said two)."""
   data_dir = data_dir_for("boston_housing")
-  one = _uci(f"--output_dir={tmp_path / 'one'}", "--method=refined_vogn", *UCI_TINY,
-             f"--data_dir={data_dir}")
-  assert one.returncode == 0, one.stderr[-2000:]
-  settings = dict(flag[2:].split("=", 1) for flag in UCI_TINY if "=" in flag)
-  settings = {name: int(value) if value.isdigit() else value for name, value in settings.items()}
   script = f"""
 from common.distribution import split_cpu_for_tests
 split_cpu_for_tests()
 from uci import main
 from uci.config import UciConfig
-config = UciConfig(method="refined_vogn", data_dir={data_dir!r}, jit_compile=False, use_gpu=True,
-                   num_cores=2, **{settings!r})
-main.train_and_evaluate(config, {str(tmp_path / 'two')!r})
+config = UciConfig(method="vi", data_dir={data_dir!r}, dataset="boston_housing", hidden_units=8,
+                   vi_steps=20, steps_per_checkpoint=20, num_samples=2, elbo_num_samples=1,
+                   jit_compile=False, use_gpu=True, num_cores=2)
+main.train_and_evaluate(config, {str(tmp_path)!r})
 """
   completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                              text=True, timeout=300, env=_environment(2))
   assert completed.returncode == 0, completed.stderr[-2000:]
-  two = _uci_results(tmp_path / "two")
-  assert not two["flags"]["jit_compile"] and two["flags"]["noise_chunk_steps"] == 100
-  _check_two_replicas_match_one_device(two, _uci_results(tmp_path / "one"))
+  machine = _uci_results(tmp_path)["machine"]
+  assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy"
 
 
 def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path, data_dir_for):
