@@ -6,7 +6,7 @@ left to do. Handing out the longest files first (LPT, longest processing time fi
 short files for the end, so that both workers finish within a few seconds of each other.
 
 FILE_SECONDS are the heavy files' times in a quiet suite on 2 cores (the README's command with
-`--durations=0`, summed per file; 2026-11-28); any other file counts SECONDS_PER_TEST per test.
+`--durations=0`, summed per file; 2026-11-29); any other file counts SECONDS_PER_TEST per test.
 Stale numbers cost only balance, never a result.
 """
 from __future__ import annotations
@@ -14,19 +14,18 @@ from __future__ import annotations
 from xdist.scheduler import LoadFileScheduling
 
 FILE_SECONDS = {
-    "tests/test_uci_main.py": 308, "tests/test_image_main.py": 230,
-    "tests/test_distribution.py": 193, "tests/test_multi_worker.py": 192,
-    "tests/test_step_floor.py": 126, "tests/test_refine.py": 122, "tests/test_bandits.py": 121,
-    "tests/test_resnet_main.py": 105, "tests/test_bandit_agents.py": 83,
-    "tests/test_uci_run_time.py": 42, "tests/test_vogn.py": 54,
-    "tests/test_bandit_replicas.py": 50, "tests/test_eight_schools.py": 48,
-    "tests/test_baselines.py": 41, "tests/test_lenet.py": 39, "tests/test_loop_settings.py": 38,
-    "tests/test_non_gaussian_refinement.py": 37, "tests/test_bandit_speed.py": 30,
-    "tests/test_refinement_checkpoint.py": 33, "tests/test_particles.py": 29,
-    "tests/test_graph_loops.py": 22, "tests/test_resnet_networks.py": 21,
-    "tests/test_toy_multimodal.py": 17, "tests/test_training_loop.py": 16,
-    "tests/test_layers.py": 16, "tests/test_table_commands.py": 15, "tests/test_misso.py": 15,
-    "tests/test_numerics_fingerprint.py": 12,
+    "tests/test_uci_main.py": 286, "tests/test_image_main.py": 222,
+    "tests/test_multi_worker.py": 209, "tests/test_distribution.py": 150,
+    "tests/test_refine.py": 138, "tests/test_bandits.py": 131, "tests/test_resnet_main.py": 101,
+    "tests/test_bandit_agents.py": 81, "tests/test_step_floor.py": 66, "tests/test_vogn.py": 66,
+    "tests/test_bandit_replicas.py": 60, "tests/test_uci_run_time.py": 58,
+    "tests/test_baselines.py": 56, "tests/test_lenet.py": 51, "tests/test_eight_schools.py": 51,
+    "tests/test_bandit_speed.py": 42, "tests/test_non_gaussian_refinement.py": 41,
+    "tests/test_loop_settings.py": 39, "tests/test_particles.py": 35,
+    "tests/test_refinement_checkpoint.py": 34, "tests/test_resnet_networks.py": 28,
+    "tests/test_graph_loops.py": 21, "tests/test_training_loop.py": 19,
+    "tests/test_toy_multimodal.py": 19, "tests/test_table_commands.py": 16,
+    "tests/test_layers.py": 16, "tests/test_misso.py": 15, "tests/test_numerics_fingerprint.py": 13,
 }
 SECONDS_PER_TEST = 0.2
 

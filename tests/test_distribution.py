@@ -230,11 +230,12 @@ def test_two_replicas_train_as_one_device(findings, method):
   averaged over the global batch, every replica drawing the same per-example
   noise rows, batch norm with each replica's own statistics (planted, each
   fails here by 2e-4 or more), an Adam step or noise counter advanced once
-  per replica, VOGN's per-replica curvature means not all-reduced or its updates written with
-  `assign` in replica context (MirroredStrategy refuses them), replicas that cut a drawn-ahead
-  chunk's draws to the wrong rows, replicas augmenting their rows alike or each its own way (planted: each replica
-  drawing its rows' transforms as if it held the whole batch; fails), as ResNet-20's
-  --data_augmentation does on 2 replicas (its 2-worker run is test_multi_worker's).
+  per replica, VOGN's per-replica curvature terms not all-reduced (planted: 0.57 off; fails) or
+  its updates written with `assign` in replica context (MirroredStrategy refuses them), replicas
+  that cut a drawn-ahead chunk's draws to the wrong rows, replicas augmenting their rows alike or
+  each its own way (planted: each replica drawing its rows' transforms as if it held the whole
+  batch; fails), as ResNet-20's --data_augmentation does on 2 replicas (its 2-worker run is
+  test_multi_worker's).
   The all-reduced sums (and batch norm's statistics) add up in an order that can
   change with the machine's load, and training amplifies the round-off: measured idle below 1e-6
   (batch norm 6e-7), with both cores oversubscribed batch norm 5e-5 and VI once 1.6e-5 (in the
