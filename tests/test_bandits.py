@@ -450,18 +450,6 @@ def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message
   assert not (tmp_path / "results.json").exists()
 
 
-def test_the_binary_runs_on_the_thread_count_it_is_given(tmp_path, monkeypatch, data_dir_for):
-  """Catches --intra_op_threads accepted by the bandit binary but not applied (recorded as
-  TensorFlow's choice, 0)."""
-  monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
-  completed = _run(f"--output_dir={tmp_path}", f"--data_dir={data_dir_for('mushroom')}",
-                   "--nodownload", "--agents=eps_greedy", "--epsilons=0.1", "--seeds=0",
-                   "--horizon=3", "--update_steps=2", "--hidden_units=4",
-                   "--intra_op_threads=1")
-  assert completed.returncode == 0, completed.stderr[-1000:]
-  assert json.loads((tmp_path / "results.json").read_text())["machine"]["intra_op_threads"] == 1
-
-
 def test_a_corrupt_mushroom_file_is_a_runtime_error_without_results(tmp_path):
   """A local copy is checksummed before it is parsed: a truncated file stops the run in one line
   (`mushroom.parse`'s own checks name the line of a file that passes, see above)."""
