@@ -79,24 +79,33 @@ def test_every_method_writes_its_metrics(method_runs, method):
     assert metrics["vogn_resumed_from_step"] == 0
 
 
-def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, tiny):
+@pytest.fixture(scope="module")
+def vi_binary(tmp_path_factory, data_dir_for):
+  """VI through the binary, uncompiled with 50-step chunks, at TINY's settings and 100 steps:
+  (its flags, its output folder); made once for the tests below. Uncompiled: the chunks' draws
+  are XLA's too, and the runs skip an XLA compile each, most of their time."""
+  settings = {**TINY, "data_dir": data_dir_for("yacht_hydrodynamics"), "vi_steps": 100}
+  flags = ["--method=vi", "--noise_chunk_steps=50", "--nojit_compile",
+           *[f"--{name}={value}" for name, value in settings.items()]]
+  out = tmp_path_factory.mktemp("vi_binary") / "run"
+  completed = _run(f"--output_dir={out}", *flags)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  return flags, out
+
+
+def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, tiny, vi_binary):
   """The bug: called from a script (not through the binary's main), train_and_evaluate ignored
   --noise_chunk_steps and drew inside each step, while its results.json recorded the chunks.
   Runs with and without chunks must see other draws, and the chunked one must equal the binary's
-  run with the same flags. Uncompiled (the chunks' draws are the same either way, and the runs
-  skip three XLA compiles, most of their time): uncompiled, a run may also draw inside each step,
-  which the bug did."""
+  run with the same flags. Uncompiled: uncompiled, a run may also draw inside each step, which
+  the bug did."""
   short = {**tiny, "vi_steps": 100, "jit_compile": False}
   inside = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=0, **short),
                                        str(tmp_path / "inside"))
   chunked = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=50, **short),
                                         str(tmp_path / "chunked"))
   assert chunked["elbo"] != inside["elbo"]
-  flags = [f"--{name}={value}" for name, value in short.items() if name != "jit_compile"]
-  completed = _run(f"--output_dir={tmp_path / 'binary'}", "--method=vi", "--noise_chunk_steps=50",
-                   "--nojit_compile", *flags)
-  assert completed.returncode == 0, completed.stderr[-2000:]
-  binary = json.loads((tmp_path / "binary" / "results.json").read_text())["metrics"]
+  binary = json.loads((vi_binary[1] / "results.json").read_text())["metrics"]
   assert binary["elbo"] == pytest.approx(chunked["elbo"], rel=1e-6)
 
 
@@ -212,30 +221,24 @@ def _run(*args):
                         })
 
 
-def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, yacht_dir):
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, vi_binary):
   """A run whose results.json is gone resumes from its last checkpoint, on the threads it is
   given. Catches a checkpoint not restored (planted: `_restore` finding none; resumed from step 0,
-  fails) and --intra_op_threads ignored. Uncompiled: resuming and the thread count do not depend
-  on XLA, whose compile was most of the first run's time."""
+  fails) and --intra_op_threads ignored. A copy of the shared binary run, whose last checkpoint is
+  its last step."""
+  flags, made = vi_binary
   out = tmp_path / "run"
-  flags = [
-      f"--output_dir={out}", "--method=vi", "--dataset=yacht_hydrodynamics",
-      f"--data_dir={yacht_dir}",
-      "--hidden_units=8", "--vi_steps=300", "--steps_per_checkpoint=100", "--num_samples=2",
-      "--elbo_num_samples=1", "--nojit_compile"
-  ]
-  completed = _run(*flags)
-  assert completed.returncode == 0, completed.stderr[-2000:]
+  shutil.copytree(made, out)
   # By default VI keeps TensorFlow's threads (0 records "its choice"); the refined methods and the
   # ensemble take one (test_refined_methods_and_the_ensemble_take_one_thread_unless_told_...).
   expected_threads = int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
   assert json.loads((out / "results.json").read_text())["machine"]["intra_op_threads"] == (
       expected_threads)
   (out / "results.json").unlink()            # as if the run had died after its last checkpoint
-  completed = _run(*flags, "--intra_op_threads=2")
+  completed = _run(f"--output_dir={out}", *flags, "--intra_op_threads=2")
   assert completed.returncode == 0, completed.stderr[-2000:]
   results = json.loads((out / "results.json").read_text())
-  assert results["metrics"]["vi_resumed_from_step"] == 300
+  assert results["metrics"]["vi_resumed_from_step"] == 100
   assert results["machine"]["intra_op_threads"] == 2
 
 
