@@ -82,30 +82,31 @@ def test_every_method_writes_its_metrics(method_runs, method):
 @pytest.fixture(scope="module")
 def vi_binary(tmp_path_factory, data_dir_for):
   """VI through the binary, uncompiled with 50-step chunks, at TINY's settings and 100 steps:
-  (its flags, its output folder); made once for the tests below. Uncompiled: the chunks' draws
-  are XLA's too, and the runs skip an XLA compile each, most of their time."""
+  (its flags, its output folder, its settings); made once for the tests below. Uncompiled: the
+  chunks' draws are XLA's too, and the runs skip an XLA compile each, most of their time."""
   settings = {**TINY, "data_dir": data_dir_for("yacht_hydrodynamics"), "vi_steps": 100}
   flags = ["--method=vi", "--noise_chunk_steps=50", "--nojit_compile",
            *[f"--{name}={value}" for name, value in settings.items()]]
   out = tmp_path_factory.mktemp("vi_binary") / "run"
   completed = _run(f"--output_dir={out}", *flags)
   assert completed.returncode == 0, completed.stderr[-2000:]
-  return flags, out
+  return flags, out, settings
 
 
-def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, tiny, vi_binary):
+def test_train_and_evaluate_runs_the_loop_its_config_records(tmp_path, vi_binary):
   """The bug: called from a script (not through the binary's main), train_and_evaluate ignored
   --noise_chunk_steps and drew inside each step, while its results.json recorded the chunks.
   Runs with and without chunks must see other draws, and the chunked one must equal the binary's
   run with the same flags. Uncompiled: uncompiled, a run may also draw inside each step, which
   the bug did."""
-  short = {**tiny, "vi_steps": 100, "jit_compile": False}
+  _, made, settings = vi_binary
+  short = {**settings, "jit_compile": False}
   inside = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=0, **short),
                                        str(tmp_path / "inside"))
   chunked = uci_main.train_and_evaluate(UciConfig(method="vi", noise_chunk_steps=50, **short),
                                         str(tmp_path / "chunked"))
   assert chunked["elbo"] != inside["elbo"]
-  binary = json.loads((vi_binary[1] / "results.json").read_text())["metrics"]
+  binary = json.loads((made / "results.json").read_text())["metrics"]
   assert binary["elbo"] == pytest.approx(chunked["elbo"], rel=1e-6)
 
 
@@ -226,7 +227,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, vi_binary):
   given. Catches a checkpoint not restored (planted: `_restore` finding none; resumed from step 0,
   fails) and --intra_op_threads ignored. A copy of the shared binary run, whose last checkpoint is
   its last step."""
-  flags, made = vi_binary
+  flags, made, _ = vi_binary
   out = tmp_path / "run"
   shutil.copytree(made, out)
   # By default VI keeps TensorFlow's threads (0 records "its choice"); the refined methods and the
