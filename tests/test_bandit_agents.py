@@ -15,7 +15,8 @@ from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord
 from report import bandit_regret_sources
 # The bandit tests' tiny settings and binary runner (one definition for both files).
-from tests.test_bandits import TINY, _run
+from tests.test_bandits import TINY
+from tests.usage_runs import UsageRuns
 
 
 def _fill_history(agent, mushrooms, rows: int, rng: np.random.Generator) -> None:
@@ -128,20 +129,33 @@ def test_a_diverged_agent_is_a_failure_not_a_result(tmp_path, data_dir_for, agen
   assert not (tmp_path / "results.json").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
+BAD_NOISE_SCALES = [
     (["--noise_scale=0"], "noise_scale='0' is not allowed; allowed: learned, or a finite number"),
     (["--noise_scale=-1"], "noise_scale='-1' is not allowed"),
     (["--noise_scale=inf"], "noise_scale='inf' is not allowed"),
     (["--noise_scale=nan"], "noise_scale='nan' is not allowed"),
     (["--noise_scale=wide"], "noise_scale='wide' is not allowed"),
     (["--noise_scale=1", "--agents=svgd_ts"], "allowed: noise_scale=learned for svgd_ts"),
-])
-def test_a_bad_noise_scale_is_one_usage_line(tmp_path, flags, message):
-  completed = _run(f"--output_dir={tmp_path}", *flags)
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The binary's runs with each of BAD_NOISE_SCALES, made together."""
+  return UsageRuns("bandits.main", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags]
+                    for flags, _ in BAD_NOISE_SCALES],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+@pytest.mark.parametrize("flags, message", BAD_NOISE_SCALES)
+def test_a_bad_noise_scale_is_one_usage_line(refusals, flags, message):
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
+  completed = refusals.run(*argv)
   assert completed.returncode == 2
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not (tmp_path / "results.json").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_results_record_the_noise_model_and_the_learned_scales(tmp_path, data_dir_for):

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from tests.usage_runs import UsageRuns
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -44,18 +46,30 @@ def test_both_loops_time_each_agent_and_the_rows_add_up(tmp_path, data_dir_for):
   assert "| compiled | refined_ts |" in (tmp_path / "speed.md").read_text()
 
 
-@pytest.mark.parametrize("flags,message", [
+BAD_FLAGS = [
     (["--loops=per_step,fast"], "--loops=per_step,fast: allowed: some of per_step, compiled"),
     (["--agents=vi_ts,greedy"], "--agents=vi_ts,greedy: allowed: some of refined_ts"),
     (["--steps=0"], "steps=0 must be >= 1"),
     (["--seeds=0,-1"], "--seeds=0,-1: allowed: non-negative integers"),
     (["--seeds=1,1"], "seeds=1,1 repeats a value"),
-])
-def test_bad_flags_are_one_line_and_write_nothing(tmp_path, flags, message):
-  completed = _run(tmp_path / "out", *flags)
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The benchmark's runs with each of BAD_FLAGS, made together."""
+  return UsageRuns("benchmarks.bandit_speed", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _ in BAD_FLAGS],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+@pytest.mark.parametrize("flags,message", BAD_FLAGS)
+def test_bad_flags_are_one_line_and_write_nothing(refusals, flags, message):
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
+  completed = refusals.run(*argv)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not (tmp_path / "out").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_the_flags_are_checked_before_tensorflow_loads():

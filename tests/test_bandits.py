@@ -27,6 +27,7 @@ from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord, interact
 from methods.trainers.gaussian_head import gaussian_head_log_likelihood
 from common.config import UsageError
+from tests.usage_runs import UsageRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Runs that read the data add data_dir=data_dir_for("mushroom"). Loops that draw inside each step
@@ -431,7 +432,7 @@ def _run(*flags):
                         capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("flags, status, message", [
+BAD_FLAGS = [
     (["--agents=thompson"], 2, "agents='thompson' is not allowed"),
     (["--epsilons=0.1,1.5"], 2, "epsilons=1.5 is out of range"),
     (["--horizon=0"], 2, "horizon=0 is out of range"),
@@ -441,13 +442,25 @@ def _run(*flags):
     # Compiled by default: per-step draws need --nojit_compile, and the line says so.
     (["--noise_chunk_steps=0"], 2, "--jit_compile needs the noise drawn ahead of the compiled "
      "steps; allowed: --noise_chunk_steps > 0 (e.g. 100) with it, or --nojit_compile"),
-])
-def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
-  completed = _run(f"--output_dir={tmp_path}", *flags)
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The binary's runs with each of BAD_FLAGS, made together."""
+  return UsageRuns("bandits.main", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _, _ in BAD_FLAGS],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+@pytest.mark.parametrize("flags, status, message", BAD_FLAGS)
+def test_bad_flags_give_one_line_and_no_results(refusals, flags, status, message):
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
+  completed = refusals.run(*argv)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not (tmp_path / "results.json").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_a_corrupt_mushroom_file_is_a_runtime_error_without_results(tmp_path):

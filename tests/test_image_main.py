@@ -18,6 +18,7 @@ from image.config import METHODS, ImageConfig, pixel_scaling_for
 from methods import registry
 from methods.vogn import VognConfig
 from tests.method_runs import MethodRuns
+from tests.usage_runs import UsageRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,7 +117,7 @@ def _run(*args):
                         })
 
 
-@pytest.mark.parametrize("flags,message", [
+BAD_FLAGS = [
     (["--dataset=svhn"], "value should be one of"),
     (["--method=sgld"], "value should be one of"),
     (["--num_train_examples=-1"], "num_train_examples=-1 is out of range; allowed: >= 0"),
@@ -131,12 +132,24 @@ def _run(*args):
     (["--method=svgd"], "value should be one of"),
     (["--vi_optimizer=lbfgs"], "value should be one of <adam|momentum|misso>"),
     (["--vi_momentum=1"], "vi_momentum=1.0 is out of range; allowed: >= 0 and < 1"),
-])
-def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, message):
-  completed = _run(f"--output_dir={tmp_path}", *flags)
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The binary's runs with each of BAD_FLAGS, made together."""
+  return UsageRuns("image.main", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _ in BAD_FLAGS],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.mark.parametrize("flags,message", BAD_FLAGS)
+def test_bad_flags_give_one_line_and_no_results(refusals, flags, message):
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
+  completed = refusals.run(*argv)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not (tmp_path / "results.json").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path, method_runs):

@@ -19,6 +19,7 @@ from image.config import ImageConfig
 from methods import network_kinds, registry
 from methods.registry import Method, MethodRun, Networks
 from methods.vi import ViConfig
+from tests.usage_runs import run_commands
 from resnet.config import ResNetConfig
 from uci.config import UciConfig
 
@@ -209,16 +210,17 @@ def _run(*arguments: str) -> subprocess.CompletedProcess:
                         capture_output=True, text=True, timeout=120)
 
 
-def test_helpfull_groups_each_methods_flags_under_its_module_and_help_shows_the_rest():
-  full = _run("-m", "resnet.main", "--helpfull")
+def test_helpfull_groups_each_methods_flags_under_its_module_and_help_shows_the_rest(tmp_path):
+  full, short, unknown = run_commands(
+      "resnet.main", [["--helpfull"], ["--help"],
+                      ["--vogn_momentum=0.5", f"--output_dir={tmp_path / 'unused'}"]],
+      environment=ENVIRONMENT)
   assert full.returncode == 0, full.stderr
   assert "methods.refined_vi:" in full.stdout and "--num_auxiliary" in full.stdout
   assert "methods.deep_ensemble:" in full.stdout and "--ensemble_members" in full.stdout
   assert "--vogn_momentum" not in full.stdout and "--num_particles" not in full.stdout
-  short = _run("-m", "resnet.main", "--help")
   assert short.returncode == 0 and "--variational" in short.stdout
   assert "--num_auxiliary" not in short.stdout and "--helpfull" in short.stdout
-  unknown = _run("-m", "resnet.main", "--vogn_momentum=0.5", "--output_dir=/tmp/unused")
   assert unknown.returncode == 2 and "vogn_momentum" in unknown.stderr
 
 
@@ -226,10 +228,11 @@ def test_the_registry_groups_a_tables_methods_into_jobs():
   assert registry.training_jobs(["deep_ensemble", "vi_equal_compute", "vi", "mnf",
                                  "refined_vogn"]) == [["vi", "vi_equal_compute"], ["mnf"],
                                                       ["deep_ensemble"], ["refined_vogn"]]
-  listed = _run("-m", "methods.registry", "--jobs=refined_vi svgd vogn refined_vogn vi")
+  listed, refused = run_commands(
+      "methods.registry", [["--jobs=refined_vi svgd vogn refined_vogn vi"], ["--jobs=vi laplace"]],
+      environment=ENVIRONMENT)
   assert listed.returncode == 0 and listed.stdout.splitlines() == [
       "vi refined_vi", "vogn refined_vogn", "svgd"]
-  refused = _run("-m", "methods.registry", "--jobs=vi laplace")
   assert refused.returncode == 2 and refused.stdout == ""
   assert refused.stderr.strip().startswith("error: unknown method 'laplace'; allowed: vi,")
 

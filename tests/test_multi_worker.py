@@ -42,6 +42,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.usage_runs import run_commands
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_SECONDS = 600
 # Each binary's tiny settings and the dataset its --data_dir must hold.
@@ -361,7 +363,7 @@ def test_the_default_compiled_loop_on_two_replicas_runs_uncompiled_and_says_so(t
                                rtol=1e-5, err_msg=metric)
 
 
-@pytest.mark.parametrize("tf_config,message", [
+BAD_CLUSTERS = [
     (None, "--multi_worker needs $TF_CONFIG naming the workers"),
     ("{not json", "$TF_CONFIG is not JSON"),
     ('{"cluster": {"worker": ["localhost:1"]}}', 'lacks a "cluster" or "task" object'),
@@ -371,18 +373,30 @@ def test_the_default_compiled_loop_on_two_replicas_runs_uncompiled_and_says_so(t
      '"task": {"type": "worker", "index": 0}}', "must list workers (and at most one chief)"),
     ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 1}}',
      "is not one of the cluster's tasks"),
-])
-def test_a_bad_cluster_is_one_usage_line(tmp_path, tf_config, message):
-  environment = _environment()
-  if tf_config is not None:
-    environment["TF_CONFIG"] = tf_config
-  completed = subprocess.run(
-      [sys.executable, "-m", "uci.main", f"--output_dir={tmp_path / 'out'}", "--multi_worker"],
-      cwd=REPO, capture_output=True, text=True, timeout=120, env=environment)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_cluster_runs(tmp_path_factory):
+  """`uci.main --multi_worker` under each $TF_CONFIG of BAD_CLUSTERS, made together: for each,
+  its output folder and completed run."""
+  root = tmp_path_factory.mktemp("bad_clusters")
+  outputs = [root / str(index) / "out" for index in range(len(BAD_CLUSTERS))]
+  completed = run_commands(
+      "uci.main", [[f"--output_dir={output}", "--multi_worker"] for output in outputs],
+      environment={"TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1",
+                   "TF_NUM_INTRAOP_THREADS": "1", "REFINED_VI_TEST_CPU_DEVICES": None},
+      environments=[{"TF_CONFIG": tf_config} for tf_config, _ in BAD_CLUSTERS])
+  return {tf_config: run for (tf_config, _), run in zip(BAD_CLUSTERS, zip(outputs, completed))}
+
+
+@pytest.mark.parametrize("tf_config,message", BAD_CLUSTERS)
+def test_a_bad_cluster_is_one_usage_line(bad_cluster_runs, tf_config, message):
+  output, completed = bad_cluster_runs[tf_config]
   assert completed.returncode == 2, completed.stderr[-2000:]
   assert message in completed.stderr
   assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
-  assert not (tmp_path / "out").exists()
+  assert not output.exists()
 
 
 def test_multi_worker_refuses_flags_it_cannot_honour():

@@ -11,6 +11,7 @@ from methods.trainers import training
 from resnet import main as resnet_main
 from resnet.config import METHODS, PAPER_DECAY_FACTORS, ResNetConfig
 from tests.method_runs import MethodRuns
+from tests.usage_runs import UsageRuns
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -137,7 +138,7 @@ def _run(*flags):
                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
-@pytest.mark.parametrize("flag,message", [
+BAD_FLAGS = [
     ("--variational=none", "--variational=none: value should be one of <hybrid|full>"),
     ("--dataset=svhn", "--dataset=svhn: value should be one of"),
     ("--method=mnf", "--method=mnf: value should be one of <vi|refined_vi|vi_equal_compute|deep_"),
@@ -147,12 +148,24 @@ def _run(*flags):
     ("--decay_factors=0.1", "--decay_epochs has 4 values but --decay_factors 1"),
     ("--decay_epochs=80,40,160,180", "must be increasing epochs > 0"),
     ("--depth=10", "--depth=10 is not a ResNet depth; allowed: 6n + 2 for n >= 1"),
-])
-def test_bad_flags_are_one_line_usage_errors(tmp_path, flag, message):
-  completed = _run(f"--output_dir={tmp_path / 'out'}", flag)
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The binary's runs with each of BAD_FLAGS, made together."""
+  return UsageRuns("resnet.main", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", flag] for flag, _ in BAD_FLAGS],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+@pytest.mark.parametrize("flag,message", BAD_FLAGS)
+def test_bad_flags_are_one_line_usage_errors(refusals, flag, message):
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", flag)
+  completed = refusals.run(*argv)
   assert completed.returncode == 2, completed.stderr[-1000:]
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not (tmp_path / "out" / "results.json").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_refitting_needs_deterministic_weights_and_lenet_has_no_batch_norm(tmp_path):

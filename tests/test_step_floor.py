@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from auxiliary_sampling.noise import recorded_draws, supplied_draws
 from benchmarks import step_floor
+from tests.usage_runs import UsageRuns
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,21 +91,31 @@ def test_our_variant_is_a_function_of_its_seed():
   assert first == second
 
 
-@pytest.mark.parametrize("arguments, expected", [
+BAD_ARGUMENTS = [
     (["--workloads=vi,nmf"], "--workloads='vi,nmf' is not allowed"),
     (["--workloads=vi,vi"], "--workloads='vi,vi' is not allowed"),
     (["--only=mnf/fastest"], "--only='mnf/fastest' is not allowed"),
     (["--variants=ours,fastest"], "--variants='ours,fastest' is not allowed"),
     (["--threads=2"], "--threads='2' is not allowed"),
-])
-def test_bad_workloads_are_one_usage_line(tmp_path, arguments, expected):
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The benchmark's runs with each of BAD_ARGUMENTS, made together."""
+  return UsageRuns("benchmarks.step_floor", tmp_path_factory.mktemp("refusals"),
+                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *arguments]
+                    for arguments, _ in BAD_ARGUMENTS])
+
+
+@pytest.mark.parametrize("arguments, expected", BAD_ARGUMENTS)
+def test_bad_workloads_are_one_usage_line(refusals, arguments, expected):
   """A mistyped or repeated workload stops before measuring anything, exit 2, nothing written."""
-  completed = subprocess.run(
-      [sys.executable, "-m", "benchmarks.step_floor", f"--output_dir={tmp_path}", *arguments],
-      capture_output=True, text=True, check=False)
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *arguments)
+  completed = refusals.run(*argv)
   assert completed.returncode == 2
   assert expected in completed.stderr and "Traceback" not in completed.stderr
-  assert not list(tmp_path.iterdir())
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_the_flags_are_checked_before_tensorflow_loads():

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.method_runs import MethodRuns
+from tests.usage_runs import UsageRuns
 from uci import main as uci_main
 from uci.config import METHODS, UciConfig
 
@@ -192,26 +193,25 @@ def test_a_rerun_with_other_settings_never_resumes_silently(tmp_path, quick):
   assert "--noise_chunk_steps=100 (recorded: 0)" in older.stderr.strip().splitlines()[-1]
 
 
-def test_output_dir_problems_are_one_line_before_any_work(tmp_path):
-  a_file = tmp_path / "file"
-  a_file.write_text("")
-  completed = _run(f"--output_dir={a_file}")
+def test_output_dir_problems_are_one_line_before_any_work(refusals):
+  a_file = refusals.a_file
+  completed = refusals.run(f"--output_dir={a_file}")
   assert completed.returncode == 2
   assert completed.stderr.strip().splitlines() == [
       f"error: --output_dir={a_file} is a file; it must be a directory (or not exist yet)"]
-  assert _run().stderr.strip().splitlines() == ["error: --output_dir is required"]
+  assert refusals.run().stderr.strip().splitlines() == ["error: --output_dir is required"]
 
 
-def test_help_lists_every_setting_with_its_help_text():
+def test_help_lists_every_setting_with_its_help_text(refusals):
   """--helpfull lists every setting (each method's under its module); --help the benchmark's."""
-  completed = _run("--helpfull")
+  completed = refusals.run("--helpfull")
   assert completed.returncode == 0
   for field in dataclasses.fields(UciConfig):
     assert (f"--{field.name}" in completed.stdout or
             f"--[no]{field.name}" in completed.stdout), field.name
   assert "See UciConfig" not in completed.stdout
   assert "methods.vi:" in completed.stdout and "Adam steps of mean-field VI." in completed.stdout
-  short = _run("--help")
+  short = refusals.run("--help")
   assert short.returncode == 0 and "--dataset" in short.stdout and "--seed" in short.stdout
 
 
@@ -383,7 +383,7 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
         str(root / "eq"))
 
 
-@pytest.mark.parametrize("flags,status,message", [
+BAD_FLAGS = [
     (["--dataset=boston"], 2, "value should be one of"),
     (["--method=sgld"], 2, "value should be one of"),
     (["--num_samples=0"], 2, "num_samples=0 is out of range; allowed: >= 1"),
@@ -413,14 +413,33 @@ def test_xla_compiled_chunks_run_refined_vi_and_a_changed_chunk_length_is_not_re
     (["--method=mnf", "--num_hidden_layers=2"], 2, "the MNF network has one hidden layer"),
     (["--variance_ratio=0.99999999"
      ], 2, "rounds to the remaining fraction 1 it is taken from in float32"),
-])
-def test_bad_flags_give_one_line_and_no_results(tmp_path, flags, status, message):
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+  """The binary's runs with each of BAD_FLAGS, with --help/--helpfull, without --output_dir and
+  with an --output_dir that is a file (`refusals.a_file`), made together."""
+  root = tmp_path_factory.mktemp("refusals")
+  a_file = root / "a_file"
+  a_file.write_text("")
+  runs = UsageRuns("uci.main", root / "runs",
+                   [["--helpfull"], ["--help"], [], [f"--output_dir={a_file}"],
+                    *[[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _, _ in BAD_FLAGS]],
+                   environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+  runs.a_file = a_file
+  return runs
+
+
+@pytest.mark.parametrize("flags,status,message", BAD_FLAGS)
+def test_bad_flags_give_one_line_and_no_results(refusals, flags, status, message):
   """Each bad value is refused before TensorFlow loads: the error line is the only stderr line."""
-  completed = _run(f"--output_dir={tmp_path}", *flags)
+  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
+  completed = refusals.run(*argv)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not (tmp_path / "results.json").exists()
+  assert not refusals.output_dir(*argv).exists()
 
 
 def test_bad_data_is_a_runtime_error_without_results(tmp_path, monkeypatch, yacht_dir):
