@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from auxiliary_sampling.model_parameters import mean_field_parameters
 from bandits import main as bandit_main
 from bandits import mushroom
 from bandits.agents import make_agent
@@ -79,7 +80,12 @@ def test_vi_ts_averages_distinct_posterior_draws(mushrooms):
 def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agent_name):
   """Catches --noise_scale accepted but the scale still trained (it would drift from 0.5 after the
   updates) or not used by the likelihood (the model's predicted scale would not be 0.5), and
-  refinement's copies using another scale than the updates."""
+  refinement's copies using another scale than the updates.
+
+  refined_ts, either scale: catches refinement that writes into the mean-field model (the paper
+  discards each refined sample), a copy not conditioned on a1 (its mean stays q's), and a copy
+  that refinement's steps do not move (planted: no steps; its variances stay the conditional's,
+  a1 aside)."""
   contexts = tf.constant(mushrooms.contexts[:2])
   final = {}
   for noise_scale in ("0.5", "learned"):
@@ -89,8 +95,23 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
     for step in range(3):
       actions = agent.choose(contexts, tf.constant(step, tf.int64))
       agent.observe(contexts, actions, tf.constant([[5.0], [-35.0]]))
+    before = [variable.numpy() for variable in agent.model.trainable_variables]
     agent.choose(contexts, tf.constant(3, tf.int64))
     final[noise_scale] = agent.model.noise.noise_scale.numpy()
+    assert agent.history.count.numpy() == 3
+    if agent_name == "refined_ts":
+      for variable, value in zip(agent.model.trainable_variables, before):
+        np.testing.assert_array_equal(variable.numpy(), value)
+      samples, trained = mean_field_parameters(agent.samples), mean_field_parameters(agent.model)
+      for sample, parameter in zip(samples, trained):
+        np.testing.assert_allclose(sample.remaining_prior_fraction.numpy(), 0.3, rtol=1e-6)
+        assert not np.allclose(sample.posterior_loc.numpy(),
+                               np.repeat(parameter.posterior_loc.numpy(), 3, axis=0))
+        # q(w | a1)'s variance, whatever a1 (Appendix A; a1 takes 0.7 of the prior's variance).
+        variance = np.repeat(parameter.posterior_variance.numpy(), 3, axis=0)
+        prior = np.repeat(np.square(parameter.prior_scale.numpy()), 3, axis=0)
+        conditional = variance * 0.3 * prior / (0.3 * prior + 0.7 * variance)
+        assert not np.allclose(sample.posterior_variance.numpy(), conditional, rtol=1e-3)
     if noise_scale == "0.5":
       outputs = agent.model(tf.zeros([agent.num_members, 3, mushroom.NUM_FEATURES + 1]))
       np.testing.assert_allclose(outputs[..., 1].numpy(), 0.5, rtol=1e-5)

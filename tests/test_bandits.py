@@ -193,27 +193,6 @@ def test_refinement_members_copy_their_seed_member():
                                   np.repeat(original.posterior_loc.numpy(), 3, axis=0))
 
 
-def test_refined_thompson_sampling_refines_a_copy_and_leaves_q_alone(mushrooms):
-  """Catches refinement that writes into the mean-field model (the paper discards each refined
-  sample), and a refinement that does not move its copy or condition the prior on a1."""
-  config = BanditConfig(**TINY)
-  agent = make_agent("refined_ts", config, mushroom.NUM_FEATURES)
-  contexts = tf.constant(mushrooms.contexts[:2])
-  for step in range(3):
-    actions = agent.choose(contexts, tf.constant(step, tf.int64))
-    agent.observe(contexts, actions, tf.constant([[5.0], [-35.0]]))
-  before = [v.numpy() for v in agent.model.trainable_variables]
-  agent.choose(contexts, tf.constant(3, tf.int64))
-  for variable, value in zip(agent.model.trainable_variables, before):
-    np.testing.assert_array_equal(variable.numpy(), value)
-  samples, trained = mean_field_parameters(agent.samples), mean_field_parameters(agent.model)
-  for sample, parameter in zip(samples, trained):
-    np.testing.assert_allclose(sample.remaining_prior_fraction.numpy(), 0.3, rtol=1e-6)
-    conditional = np.repeat(parameter.posterior_loc.numpy(), 3, axis=0)
-    assert not np.allclose(sample.posterior_loc.numpy(), conditional)
-  assert agent.history.count.numpy() == 3
-
-
 @pytest.mark.parametrize("agent_name", ["svgd_ts", "fsvgd_ts"])
 def test_each_seeds_particles_learn_that_seeds_history(mushrooms, agent_name):
   """Seed 0 is always paid +5 for eating, seed 1 -5: each seed's particles must come to predict
