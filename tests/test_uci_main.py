@@ -425,7 +425,8 @@ def refusals(tmp_path_factory):
   a_file.write_text("")
   runs = UsageRuns("uci.main", root / "runs",
                    [["--helpfull"], ["--help"], [], [f"--output_dir={a_file}"],
-                    *[[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _, _ in BAD_FLAGS]],
+                    *[[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags]
+                      for flags, _, _ in BAD_FLAGS]],
                    environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
   runs.a_file = a_file
   return runs

@@ -3,8 +3,9 @@ Python process: a test file's usage-error checks cost one interpreter start and 
 binary's flag code instead of one per check.
 
 The process imports the binary's module and what it imports (no TensorFlow: test_config checks
-that), then forks one child per command line. A child runs the module as `__main__` with that argv and
-environment, its stdout and stderr going to files, and exits with the status the binary gave.
+that), then forks one child per command line. A child runs the module as `__main__` with that
+argv and environment, its stdout and stderr going to files, and exits with the status the binary
+gave.
 What a check sees (exit status, stdout, stderr, files written) is the fresh process's: the
 module's `__main__` code and every flag definition run again in each child, and nothing a child
 does reaches the next.
