@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 from common.cluster import cluster_of_workers
 from common.config import ALL, NOTHING, Config, UsageError, setting
@@ -209,6 +209,7 @@ def set_thread_count(intra_op_threads: int) -> None:
 
 
 _multi_worker_strategies: list[Any] = []
+_mirrored_strategies: dict[tuple[str, ...], Any] = {}
 # How long the coordination service waits for a worker's heartbeat before it declares the worker
 # dead and aborts every collective. TensorFlow's default, 10 s, is shorter than a busy machine can
 # stall a process (a worker stopped for 18 s is declared dead under it); a worker that really
@@ -238,6 +239,21 @@ def multi_worker_strategy() -> Any:
   return _multi_worker_strategies[0]
 
 
+def mirrored_strategy(devices: Sequence[str]) -> Any:
+  """The process's MirroredStrategy over `devices`, made on the first call for them and reused.
+
+  Two MirroredStrategy objects over the same devices number their all-reduces alike (instance
+  keys from 100), and TensorFlow's collective executor keeps the first one's shapes under each
+  key: a script training two benchmarks on 2 replicas in one process failed on the second with
+  "Shape mismatch in the collective instance 100". One strategy keeps counting instead.
+  """
+  import tensorflow as tf
+  key = tuple(devices)
+  if key not in _mirrored_strategies:
+    _mirrored_strategies[key] = tf.distribute.MirroredStrategy(list(devices))
+  return _mirrored_strategies[key]
+
+
 def strategy_for(config: DeviceConfig) -> Any:
   """The `tf.distribute.Strategy` the flags ask for; UsageError if the hardware disagrees."""
   import tensorflow as tf
@@ -257,7 +273,7 @@ def strategy_for(config: DeviceConfig) -> Any:
           "--use_gpu but TensorFlow sees no GPU (CUDA_VISIBLE_DEVICES="
           f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); allowed: drop --use_gpu to train "
           "on the CPU")
-    strategy = tf.distribute.MirroredStrategy(devices)
+    strategy = mirrored_strategy(devices)
   else:
     strategy = tf.distribute.get_strategy()
   config.check_replicas(strategy.num_replicas_in_sync)

@@ -280,24 +280,31 @@ def _uci_results(directory) -> dict:
 def test_a_script_calling_train_and_evaluate_gets_the_strategy_its_flags_pick(tmp_path,
                                                                               data_dir_for):
   """`train_and_evaluate` called from a script (no `cli.main`) with `use_gpu=True, num_cores=2`
-  trains on 2 replicas, as the binary does. Catches the strategy scope applied only by
-  `cli.main` (the script's run then trained on one device while its config said two)."""
+  trains on 2 replicas, as the binary does, and so does a second call in the same script on a
+  network of other shapes. Catches the strategy scope applied only by `cli.main` (the script's
+  run then trained on one device while its config said two), and a new MirroredStrategy per call
+  (planted: the second run failed with "Shape mismatch in the collective instance 100": the two
+  strategies numbered their all-reduces alike)."""
   data_dir = data_dir_for("boston_housing")
   script = f"""
 from common.distribution import split_cpu_for_tests
 split_cpu_for_tests()
 from uci import main
 from uci.config import UciConfig
-config = UciConfig(method="vi", data_dir={data_dir!r}, dataset="boston_housing", hidden_units=8,
-                   vi_steps=20, steps_per_checkpoint=20, num_samples=2, elbo_num_samples=1,
-                   jit_compile=False, use_gpu=True, num_cores=2)
-main.train_and_evaluate(config, {str(tmp_path)!r})
+for hidden_units, output_dir in ((8, {str(tmp_path / "first")!r}),
+                                 (16, {str(tmp_path / "second")!r})):
+  config = UciConfig(method="vi", data_dir={data_dir!r}, dataset="boston_housing",
+                     hidden_units=hidden_units, vi_steps=20, steps_per_checkpoint=20,
+                     num_samples=2, elbo_num_samples=1, jit_compile=False, use_gpu=True,
+                     num_cores=2)
+  main.train_and_evaluate(config, output_dir)
 """
   completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                              text=True, timeout=300, env=_environment(2))
   assert completed.returncode == 0, completed.stderr[-2000:]
-  machine = _uci_results(tmp_path)["machine"]
-  assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy"
+  for run in ("first", "second"):
+    machine = _uci_results(tmp_path / run)["machine"]
+    assert machine["replicas"] == 2 and machine["strategy"] == "MirroredStrategy", run
 
 
 def test_image_binary_with_use_gpu_and_bfloat16_on_two_replicas(tmp_path, data_dir_for):
