@@ -15,7 +15,7 @@ from bandits.agents import make_agent
 from bandits.config import BanditConfig
 from bandits.interaction import RegretRecord
 from report import bandit_regret_sources
-# The bandit tests' tiny settings and binary runner (one definition for both files).
+# The bandit tests' tiny settings (one definition for both files).
 from tests.test_bandits import TINY
 from tests.usage_runs import UsageRuns
 
@@ -83,9 +83,9 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
   refinement's copies using another scale than the updates.
 
   refined_ts, either scale: catches refinement that writes into the mean-field model (the paper
-  discards each refined sample), a copy not conditioned on a1 (its mean stays q's), and a copy
-  that refinement's steps do not move (planted: no steps; its variances stay the conditional's,
-  a1 aside)."""
+  discards each refined sample), a copy whose prior is not conditioned on a1 (its remaining
+  fraction), and a copy that refinement's steps do not move (planted: no steps; its variances
+  stay q(w | a1)'s)."""
   contexts = tf.constant(mushrooms.contexts[:2])
   final = {}
   for noise_scale in ("0.5", "learned"):
@@ -103,6 +103,7 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
       for variable, value in zip(agent.model.trainable_variables, before):
         np.testing.assert_array_equal(variable.numpy(), value)
       samples, trained = mean_field_parameters(agent.samples), mean_field_parameters(agent.model)
+      assert len(samples) == len(trained) > 0
       for sample, parameter in zip(samples, trained):
         np.testing.assert_allclose(sample.remaining_prior_fraction.numpy(), 0.3, rtol=1e-6)
         assert not np.allclose(sample.posterior_loc.numpy(),

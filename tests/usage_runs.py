@@ -91,7 +91,11 @@ def run_commands(module: str, commands: Sequence[Sequence[str]],
   """`python -m module *argv` for each argv of `commands`, in the repository, as one process;
   each run's environment is this one's with `environment`'s changes (a value of None removes the
   variable), and then its own from `environments`. A run longer than `timeout` seconds is killed
-  (its returncode is then None). Returns one CompletedProcess per command, in order."""
+  (its returncode is then None). Returns one CompletedProcess per command, in order.
+
+  Unlike a fresh process, a run does not see its own environment changes where the binary reads
+  the environment as it is imported (the import is the process's, under `environment`), nor
+  anything the import prints; the binaries' usage checks read it when they run."""
   commands = [[str(argument) for argument in argv] for argv in commands]
   changes = [dict(own) for own in environments] if environments else [{} for _ in commands]
   if len(changes) != len(commands):
@@ -108,9 +112,13 @@ def run_commands(module: str, commands: Sequence[Sequence[str]],
                           timeout=60 + timeout * len(commands))
   if driver.returncode != 0:
     raise RuntimeError(f"the usage-run driver for {module} failed:\n{driver.stderr}")
+  answers = json.loads(driver.stdout)
+  if len(answers) != len(commands):
+    raise RuntimeError(f"the usage-run driver for {module} answered {len(answers)} of "
+                       f"{len(commands)} command lines")
   return [subprocess.CompletedProcess([sys.executable, "-m", module, *argv],
                                       None if status == "timeout" else status, out, err)
-          for argv, (status, out, err) in zip(commands, json.loads(driver.stdout))]
+          for argv, (status, out, err) in zip(commands, answers)]
 
 
 class UsageRuns:
