@@ -245,7 +245,8 @@ def mirrored_strategy(devices: Sequence[str]) -> Any:
   Two MirroredStrategy objects over the same devices number their all-reduces alike (instance
   keys from 100), and TensorFlow's collective executor keeps the first one's shapes under each
   key: a script training two benchmarks on 2 replicas in one process failed on the second with
-  "Shape mismatch in the collective instance 100". One strategy keeps counting instead.
+  "Shape mismatch in the collective instance 100". One strategy keeps counting instead. (A
+  MirroredStrategy the caller makes itself still collides with ours.)
   """
   import tensorflow as tf
   key = tuple(devices)
