@@ -164,20 +164,18 @@ BAD_NOISE_SCALES = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The binary's runs with each of BAD_NOISE_SCALES, made together."""
-  return UsageRuns("bandits.main", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags]
-                    for flags, _ in BAD_NOISE_SCALES],
-                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+  return UsageRuns.in_output_dirs("bandits.main", tmp_path_factory.mktemp("refusals"),
+                                  [flags for flags, _ in BAD_NOISE_SCALES],
+                                  environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 @pytest.mark.parametrize("flags, message", BAD_NOISE_SCALES)
 def test_a_bad_noise_scale_is_one_usage_line(refusals, flags, message):
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*flags)
   assert completed.returncode == 2
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_results_record_the_noise_model_and_the_learned_scales(tmp_path, data_dir_for):

@@ -58,18 +58,17 @@ BAD_FLAGS = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The benchmark's runs with each of BAD_FLAGS, made together."""
-  return UsageRuns("benchmarks.bandit_speed", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _ in BAD_FLAGS],
-                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+  return UsageRuns.in_output_dirs("benchmarks.bandit_speed", tmp_path_factory.mktemp("refusals"),
+                                  [flags for flags, _ in BAD_FLAGS],
+                                  environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 @pytest.mark.parametrize("flags,message", BAD_FLAGS)
 def test_bad_flags_are_one_line_and_write_nothing(refusals, flags, message):
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*flags)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_the_flags_are_checked_before_tensorflow_loads():

@@ -427,19 +427,18 @@ BAD_FLAGS = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The binary's runs with each of BAD_FLAGS, made together."""
-  return UsageRuns("bandits.main", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _, _ in BAD_FLAGS],
-                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+  return UsageRuns.in_output_dirs("bandits.main", tmp_path_factory.mktemp("refusals"),
+                                  [flags for flags, _, _ in BAD_FLAGS],
+                                  environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 @pytest.mark.parametrize("flags, status, message", BAD_FLAGS)
 def test_bad_flags_give_one_line_and_no_results(refusals, flags, status, message):
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*flags)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_a_corrupt_mushroom_file_is_a_runtime_error_without_results(tmp_path):

@@ -138,18 +138,17 @@ BAD_FLAGS = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The binary's runs with each of BAD_FLAGS, made together."""
-  return UsageRuns("image.main", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags] for flags, _ in BAD_FLAGS],
-                   environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
+  return UsageRuns.in_output_dirs("image.main", tmp_path_factory.mktemp("refusals"),
+                                  [flags for flags, _ in BAD_FLAGS],
+                                  environment={"TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 @pytest.mark.parametrize("flags,message", BAD_FLAGS)
 def test_bad_flags_give_one_line_and_no_results(refusals, flags, message):
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*flags)
   assert completed.returncode == 2
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_ensemble_protocol_options_reach_the_run_and_are_recorded(tmp_path, method_runs):

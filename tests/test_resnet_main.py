@@ -154,18 +154,17 @@ BAD_FLAGS = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The binary's runs with each of BAD_FLAGS, made together."""
-  return UsageRuns("resnet.main", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", flag] for flag, _ in BAD_FLAGS],
-                   environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
+  return UsageRuns.in_output_dirs("resnet.main", tmp_path_factory.mktemp("refusals"),
+                                  [[flag] for flag, _ in BAD_FLAGS],
+                                  environment={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 @pytest.mark.parametrize("flag,message", BAD_FLAGS)
 def test_bad_flags_are_one_line_usage_errors(refusals, flag, message):
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", flag)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(flag)
   assert completed.returncode == 2, completed.stderr[-1000:]
   assert message in completed.stderr.strip().splitlines()[-1]
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_refitting_needs_deterministic_weights_and_lenet_has_no_batch_norm(tmp_path):

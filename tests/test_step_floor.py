@@ -102,19 +102,17 @@ BAD_ARGUMENTS = [
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
   """The benchmark's runs with each of BAD_ARGUMENTS, made together."""
-  return UsageRuns("benchmarks.step_floor", tmp_path_factory.mktemp("refusals"),
-                   [[f"--output_dir={UsageRuns.OUTPUT_DIR}", *arguments]
-                    for arguments, _ in BAD_ARGUMENTS])
+  return UsageRuns.in_output_dirs("benchmarks.step_floor", tmp_path_factory.mktemp("refusals"),
+                                  [arguments for arguments, _ in BAD_ARGUMENTS])
 
 
 @pytest.mark.parametrize("arguments, expected", BAD_ARGUMENTS)
 def test_bad_workloads_are_one_usage_line(refusals, arguments, expected):
   """A mistyped or repeated workload stops before measuring anything, exit 2, nothing written."""
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *arguments)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*arguments)
   assert completed.returncode == 2
   assert expected in completed.stderr and "Traceback" not in completed.stderr
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_the_flags_are_checked_before_tensorflow_loads():

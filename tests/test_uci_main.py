@@ -435,12 +435,11 @@ def refusals(tmp_path_factory):
 @pytest.mark.parametrize("flags,status,message", BAD_FLAGS)
 def test_bad_flags_give_one_line_and_no_results(refusals, flags, status, message):
   """Each bad value is refused before TensorFlow loads: the error line is the only stderr line."""
-  argv = (f"--output_dir={UsageRuns.OUTPUT_DIR}", *flags)
-  completed = refusals.run(*argv)
+  completed, output_dir = refusals.in_output_dir(*flags)
   assert completed.returncode == status
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
-  assert not refusals.output_dir(*argv).exists()
+  assert not output_dir.exists()
 
 
 def test_bad_data_is_a_runtime_error_without_results(tmp_path, monkeypatch, yacht_dir):

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -136,6 +136,18 @@ class UsageRuns:
     if len(set(self.commands)) != len(self.commands):
       raise ValueError(f"a command line is given twice: {self.commands}")
     self._completed = None
+
+  @classmethod
+  def in_output_dirs(cls, module: str, root, flag_sets: Sequence[Sequence[str]],
+                     environment: Optional[Mapping[str, Optional[str]]] = None) -> "UsageRuns":
+    """The runs of `module` with each of `flag_sets`, each after an --output_dir of its own."""
+    return cls(module, root, [[f"--output_dir={cls.OUTPUT_DIR}", *flags] for flags in flag_sets],
+               environment)
+
+  def in_output_dir(self, *flags: str) -> tuple[subprocess.CompletedProcess, Any]:
+    """The run with `flags` after its own --output_dir (`in_output_dirs`), and that folder."""
+    argv = (f"--output_dir={self.OUTPUT_DIR}", *flags)
+    return self.run(*argv), self.output_dir(*argv)
 
   def output_dir(self, *argv: str):
     return self.root / str(self.commands.index(tuple(argv))) / "output"
