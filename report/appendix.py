@@ -1,8 +1,8 @@
 """The report's appendix: every metric of every counted results.json, per benchmark.
 
 `appendix(results_dir, output_dir)` returns the Markdown of `appendix.md` (mean and sample
-standard deviation over seeds per benchmark, dataset and method, with the paper's mean and
-standard deviation beside them where the paper has the number) and one CSV table per benchmark;
+standard deviation over the seeds of each experiment, with the paper's mean and standard
+deviation beside them where the paper has the number) and one CSV table per benchmark;
 `report.main` writes them beside REPORT.md. The toy and benchmark experiments, whose metrics
 the paper's tables do not hold, are summarised only here and in the figure captions.
 """
@@ -25,6 +25,23 @@ PAPER_COLUMNS = {"test_mll": "mll", "test_accuracy": "accuracy", "bound": "elbo"
 PAPER_COLUMNS_BY_BENCHMARK = {"uci": {"test_mll": "mll"}}
 BENCHMARK_TABLES = {"uci": "uci/table.md", "image": "image/table.md"}
 KEYS = ["benchmark", "dataset", "method"]
+# An experiment is a run's folder without its seed part: runs of one benchmark, dataset and method
+# made with other settings (ResNet-20's batch-norm variants, the 10,000-image proxy and the whole
+# training set; the bandit with a learned or a fixed noise scale) are kept apart.
+GROUP_KEYS = KEYS + ["experiment"]
+
+
+def experiment_of(run_folder: str, payload: Mapping) -> str:
+  """`run_folder` without a last part naming the run's one seed (`seed_<seed>` or `<seed>`); the
+  seed is the results' `seed`, or the one of `flags.seeds` (the bandit's)."""
+  seed = payload.get("seed")
+  seeds = (payload.get("flags") or {}).get("seeds")
+  if seed is None and isinstance(seeds, list) and len(seeds) == 1:
+    seed = seeds[0]
+  parent, last = os.path.split(os.path.normpath(run_folder))
+  if seed is not None and last in (f"seed_{seed}", str(seed)):
+    return parent or os.curdir
+  return os.path.normpath(run_folder)
 
 
 def load_results(results_dir: str) -> pd.DataFrame:
@@ -37,6 +54,7 @@ def load_results(results_dir: str) -> pd.DataFrame:
   for path, payload in load_runs(results_dir):
     row = {key: payload.get(key) for key in KEYS + ["seed", "git_commit"]}
     row["path"] = os.path.relpath(path, results_dir)
+    row["experiment"] = experiment_of(os.path.dirname(row["path"]), payload)
     for section in ("metrics", "timings"):
       for name, value in payload.get(section, {}).items():
         if _is_number(value):
@@ -58,9 +76,10 @@ def _is_number(value) -> bool:
 
 
 def summarise(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-  """Mean, sample standard deviation and run count of `metrics` per (benchmark, dataset, method)."""
+  """Mean, sample standard deviation and run count of `metrics` per experiment (benchmark,
+  dataset, method and the runs' folder without its seed part)."""
   metrics = [m for m in metrics if m in frame]
-  grouped = frame.groupby(KEYS, dropna=False)
+  grouped = frame.groupby(GROUP_KEYS, dropna=False)
   table = grouped[metrics].agg(["mean", "std"])
   table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
   table["runs"] = grouped.size()
@@ -97,7 +116,7 @@ def _transpose(table: pd.DataFrame) -> pd.DataFrame:
   """
   if len(table) != 1:
     return table
-  row = table.iloc[0].drop(["benchmark", "dataset"])
+  row = table.iloc[0].drop(["benchmark", "dataset", "experiment"])
   if row["runs"] == 1:   # one run: its values, not means
     row = row.rename(lambda name: name[:-len("_mean")] if name.endswith("_mean") else name)
   return pd.DataFrame({"metric": list(row.index), "value": list(row.values)})
@@ -110,12 +129,14 @@ def appendix(results_dir: str, output_dir: str,
   sections = [
       "# Appendix: every metric\n",
       f"Aggregated from {len(frame)} results.json files under `{results_dir}`: mean and sample "
-      "standard deviation over runs (`runs`), the paper's values as `paper_*` where it has them. "
+      "standard deviation over the runs (`runs`) of each experiment (a run's folder without its "
+      "seed part), the paper's values as `paper_*` where it has them. "
       "The same numbers are in the per-benchmark CSVs beside this file. "
       "[REPORT.md](REPORT.md) lays out the paper's tables.\n"
   ]
   csvs = {}
-  metric_names = [c for c in frame.columns if c not in KEYS + ["seed", "git_commit", "path"]]
+  not_metrics = GROUP_KEYS + ["seed", "git_commit", "path"]
+  metric_names = [c for c in frame.columns if c not in not_metrics]
   for benchmark, part in frame.groupby("benchmark"):
     table = summarise(part, metric_names).dropna(axis=1, how="all")
     if benchmark not in PAPER_TABLES and part["dataset"].nunique() > 1:

@@ -125,6 +125,35 @@ def test_report_appendix_places_the_paper_beside_every_metric(tmp_path):
   assert os.path.exists(tmp_path / "report" / "uci.csv")
 
 
+def test_appendix_averages_the_seeds_of_one_experiment_never_two_experiments(tmp_path):
+  """Runs of one benchmark, dataset and method made with other settings sit in other folders
+  (ResNet-20's batch-norm variants; the bandit with a learned or a fixed noise scale, whose
+  per-seed runs name their seed only in flags.seeds). Catches the appendix averaging them as if
+  they were seeds (it grouped by benchmark, dataset and method: the bandit's vi_ts row was the
+  mean of a learned-noise and a fixed-noise run)."""
+  for variant, mlls in (("hybrid_bn", [-0.30, -0.34]), ("full_bn", [-0.50])):
+    for seed, mll in enumerate(mlls):
+      write_results(str(tmp_path / "resnet" / "fashion_mnist" / variant / "vi" / f"seed_{seed}"),
+                    benchmark="resnet", dataset="fashion_mnist", method="vi", seed=seed, flags={},
+                    metrics={"test_mll": mll}, timings={})
+  for folder, seeds, regret in (("mushroom", [0], 100.0), ("mushroom", [1], 300.0),
+                                ("mushroom_noise_0.5", [0, 1], 900.0)):
+    write_results(str(tmp_path / "bandits" / folder / "vi_ts" /
+                      (f"seed_{seeds[0]}" if len(seeds) == 1 else "")),
+                  benchmark="bandits", dataset="mushroom", method="vi_ts", seed=None,
+                  flags={"seeds": seeds}, metrics={"cumulative_regret": regret}, timings={})
+  _, tables = appendix.appendix(str(tmp_path), str(tmp_path / "report"))
+  resnet = tables["resnet"].set_index("experiment")
+  assert resnet.loc["resnet/fashion_mnist/hybrid_bn/vi", "test_mll_mean"] == pytest.approx(-0.32)
+  assert resnet.loc["resnet/fashion_mnist/hybrid_bn/vi", "runs"] == 2
+  assert resnet.loc["resnet/fashion_mnist/full_bn/vi", "test_mll_mean"] == pytest.approx(-0.50)
+  bandits = tables["bandits"].set_index("experiment")
+  assert bandits.loc["bandits/mushroom/vi_ts", "cumulative_regret_mean"] == pytest.approx(200.0)
+  assert bandits.loc["bandits/mushroom/vi_ts", "runs"] == 2
+  assert bandits.loc["bandits/mushroom_noise_0.5/vi_ts", "cumulative_regret_mean"] == 900.0
+  assert len(bandits) == 2 and len(resnet) == 2
+
+
 def test_one_loader_skips_ablations_related_and_smoke_below_the_results_dir(tmp_path):
   """Tables and report count neither ablations, related methods (results/related: VOGN runs are
   benchmark "uci" too, and would enter Table 1's machine time) nor smoke runs."""
