@@ -3,7 +3,8 @@
 The paper (Section 4.2, Table 3) claims, for ResNet-20:
 
 1. refined VI predicts better than VI (test MLL) on every variant;
-2. and better than VI trained on for refinement's cost (`vi_equal_compute`);
+2. (our control, not the paper's: its tables have no such column) and better than VI trained on
+   for refinement's cost (`vi_equal_compute`);
 3. ELBO_aux is above the VI ELBO on every refined run (Eq. 13 with the refined samples), and
 4. rises with every auxiliary variable (the whole-training-set ELBO_aux after each stage, where
    the run recorded it with --stage_elbo_aux: its stage_elbo_aux.csv);
