@@ -86,6 +86,19 @@ def expected_calibration_error(probabilities: np.ndarray, labels: np.ndarray,
   return float(error)
 
 
+def label_log_probabilities(log_probabilities, labels) -> np.ndarray:
+  """[N] log p(y_n | x_n): each example's log predictive probability of its label, from [N, C].
+
+  Their mean is test_mll; kept per example, two runs scored on one test set can be compared
+  example by example (a paired standard error of their MLL difference, even on one seed)."""
+  log_probabilities = np.asarray(log_probabilities)
+  labels = np.asarray(labels).astype(np.int64)
+  if log_probabilities.ndim != 2 or len(log_probabilities) != len(labels):
+    raise ValueError(
+        f"log-probabilities of shape {log_probabilities.shape} do not match {len(labels)} labels")
+  return log_probabilities[np.arange(len(labels)), labels]
+
+
 def classification_metrics(log_probabilities, labels) -> dict[str, float]:
   """test_mll, test_accuracy, brier and ece of a predictive's [N, C] log-probabilities."""
   log_probabilities = np.asarray(log_probabilities, np.float64)
@@ -96,7 +109,7 @@ def classification_metrics(log_probabilities, labels) -> dict[str, float]:
   probabilities = np.exp(log_probabilities)
   one_hot = np.eye(log_probabilities.shape[1])[labels]
   return {
-      "test_mll": float(np.mean(log_probabilities[np.arange(len(labels)), labels])),
+      "test_mll": float(np.mean(label_log_probabilities(log_probabilities, labels))),
       "test_accuracy": float(np.mean(probabilities.argmax(axis=1) == labels)),
       "brier": float(np.mean(np.sum(np.square(probabilities - one_hot), axis=1))),
       "ece": expected_calibration_error(probabilities, labels),

@@ -7,6 +7,7 @@ and Figure 4, and records everything in results.json.
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
 from typing import Callable
@@ -14,8 +15,8 @@ from typing import Callable
 import numpy as np
 
 from auxiliary_sampling.predictive import categorical_log_likelihood
-from runner.classification_metrics import (classification_metrics, member_metrics,
-                                           predict_member_log_probabilities,
+from runner.classification_metrics import (classification_metrics, label_log_probabilities,
+                                           member_metrics, predict_member_log_probabilities,
                                            predictive_log_probabilities)
 from runner.dispatch import Networks, train_method, write_method_results
 from runner.image_augmentation import RandomImageTransform
@@ -23,7 +24,11 @@ from runner.image_config import ImageClassificationConfig
 from runner.refinement_figures import write_refinement_trace
 from common import images
 from common.distribution import writes_run_files
-from common.results import check_finite
+from common.results import atomic_output, check_finite
+
+# Beside results.json: each test example's log predictive probability of its label (float32, in
+# the test set's order), whose mean is test_mll.
+TEST_LOG_PREDICTIVE_FILENAME = "test_log_predictive.npy"
 from common.seeding import seed_everything
 
 
@@ -54,14 +59,17 @@ def train_and_evaluate_images(config: ImageClassificationConfig,
   member_log_probabilities = predict_member_log_probabilities(
       run.sample_outputs, images.input_pipeline(x_test, y_test, config.eval_batch_size))
   metrics = dict(run.metrics)
-  metrics.update(
-      classification_metrics(
-          predictive_log_probabilities(member_log_probabilities).numpy(), y_test))
+  predictive = predictive_log_probabilities(member_log_probabilities).numpy()
+  metrics.update(classification_metrics(predictive, y_test))
   metrics.update(member_metrics(member_log_probabilities, y_test))
   metrics.update(num_train=len(y_train), num_test=len(y_test),
                  peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
   timings = dict(run.timings, evaluate_seconds=time.perf_counter() - evaluation_started)
   check_finite("metrics", metrics)   # a failed run writes nothing: checked before the trace files
+  if writes_run_files():   # before results.json, which marks the run finished
+    with atomic_output(os.path.join(output_dir, TEST_LOG_PREDICTIVE_FILENAME)) as path:
+      with open(path, "wb") as stream:
+        np.save(stream, label_log_probabilities(predictive, y_test).astype(np.float32))
   if run.refinement is not None and writes_run_files():
     write_refinement_trace(output_dir, run.refinement, config.steps_per_auxiliary,
                            f"{model_name} / {config.dataset}, seed {config.seed}")

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from common import images
+from runner import image_classification
 from runner import refinement_figures as figures
 from runner.config import MEAN_FIELD, REFINED
 from image import main as image_main
@@ -108,6 +109,23 @@ def test_every_method_writes_its_metrics(method_runs, method):
   else:
     assert "elbo_aux" not in metrics and not (output / figures.TRACE_FILENAME).exists()
     assert not (output / figures.TRACE_STAGES_FILENAME).exists()
+
+
+def test_each_test_examples_log_predictive_is_kept_in_the_test_sets_order(method_runs):
+  """test_log_predictive.npy beside results.json: one log p(y_n | x_n) per test digit, whose
+  mean is test_mll, in the test set's order, so two runs' files pair example by example (an
+  MLL difference's standard error on one seed). Catches a file of other values (its mean is not
+  test_mll) and runs writing in orders of their own: VI's and the ensemble's hard digits are the
+  same digits (their values correlate 0.78; planted, each run permuting its values its own way:
+  -0.04, fails)."""
+  per_example = {}
+  for method in ("vi", "deep_ensemble"):
+    metrics, _ = method_runs(method)
+    values = np.load(method_runs.root / method / image_classification.TEST_LOG_PREDICTIVE_FILENAME)
+    assert values.dtype == np.float32 and values.shape == (300,) and np.all(values <= 0)
+    assert float(np.mean(values, dtype=np.float64)) == pytest.approx(metrics["test_mll"], rel=1e-6)
+    per_example[method] = values
+  assert np.corrcoef(per_example["vi"], per_example["deep_ensemble"])[0, 1] > 0.3
 
 
 def _run(*args):
