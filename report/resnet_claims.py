@@ -20,11 +20,14 @@ import csv
 import os
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from report.claims import Claim, SeedDifference, difference_text, seed_difference, signed
 
 STAGES_FILENAME = "stage_elbo_aux.csv"   # common.refinement_figures.TRACE_STAGES_FILENAME
+# Each test image's log predictive, beside results.json (runner.image_classification's).
+LOG_PREDICTIVE_FILENAME = "test_log_predictive.npy"
 VARIANT_PAIRS = (("hybrid_bn", "full_bn"), ("hybrid", "full"))
 # Below this MLL difference the paper's table has refined VI and the ensemble level.
 PAPER_LEVEL = 0.01
@@ -38,6 +41,29 @@ def _by_seed(runs: pd.DataFrame, variant: str, method: str, metric: str = "test_
     raise ValueError(f"{method} on {variant} has several runs of one seed (their settings "
                      "differ): not paired")
   return {int(seed): float(value) for seed, value in zip(cells["seed"], cells[metric])}
+
+
+def _run_path(runs: pd.DataFrame, variant: str, method: str, seed: int) -> str:
+  cells = runs[(runs["variant"] == variant) & (runs["method"] == method) & (runs["seed"] == seed)]
+  return str(cells["path"].iloc[0])
+
+
+def per_image_difference(first_results: str, second_results: str) -> Optional[tuple[float, float,
+                                                                                    int]]:
+  """(mean, standard error, images) of log p_first(y_n | x_n) − log p_second(y_n | x_n) over the
+  test images, paired image by image, from the test_log_predictive.npy beside each results.json;
+  None unless both runs kept it for the same number of images. On one seed it says whether an
+  MLL difference stands out of the test set's sampling noise (not of training's seed noise)."""
+  paths = [os.path.join(os.path.dirname(results), LOG_PREDICTIVE_FILENAME)
+           for results in (first_results, second_results)]
+  if not all(os.path.exists(path) for path in paths):
+    return None
+  first, second = (np.load(path).astype(np.float64) for path in paths)
+  if first.shape != second.shape or len(first) < 2:
+    return None
+  differences = first - second
+  return (float(differences.mean()), float(differences.std(ddof=1) / np.sqrt(len(differences))),
+          len(differences))
 
 
 def _comparison(difference: SeedDifference, first: str) -> str:
@@ -56,7 +82,16 @@ def _above(runs: pd.DataFrame, first: str, second: str, statement: str) -> Claim
       continue
     difference = seed_difference(ours, theirs)
     verdicts.append(difference.mean > 0)
-    parts.append(f"{variant}: {_comparison(difference, first)}")
+    text = f"{variant}: {_comparison(difference, first)}"
+    if len(difference.seeds) == 1:
+      seed = difference.seeds[0]
+      images = per_image_difference(_run_path(runs, variant, first, seed),
+                                    _run_path(runs, variant, second, seed))
+      if images is not None:
+        mean, error, count = images
+        text += (f" (paired over its {count:,} test images: {signed(mean, '.4f')} ± "
+                 f"{error:.4f})")
+    parts.append(text)
   if not parts:
     return Claim(statement, None, f"needs {first} and {second} runs of one seed")
   return Claim(statement, all(verdicts), "; ".join(parts))

@@ -1,6 +1,7 @@
 """report.resnet_claims: Table 3's claims paired over seeds, on runs with known answers."""
 import os
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -50,6 +51,28 @@ def test_refined_against_vi_is_paired_by_seed_not_by_row(tmp_path):
   claim = _claims(runs)["refined VI above VI"]
   assert claim.holds is True and "higher on 2 of 2 seeds" in claim.evidence
   assert "beyond 2 standard errors" in claim.evidence
+
+
+def test_a_one_seed_difference_gets_its_standard_error_paired_over_test_images(tmp_path):
+  """With each run's test_log_predictive.npy, a one-seed MLL difference gets the standard error of
+  its per-image differences. Catches an unpaired error (images differ far more from each other,
+  spread 1, than the methods on one image, 0.01 or 0.03 apart: unpaired it would be ±0.045, not
+  ±0.0003) and pairing by anything but position."""
+  base = np.random.default_rng(0).normal(-0.5, 1.0, size=1000)
+  gain = np.where(np.arange(1000) % 2 == 0, 0.0, 0.02)
+  runs = [_run(tmp_path, "refined_vi", 0, "hybrid_bn", float(np.mean(base + gain))),
+          _run(tmp_path, "vi", 0, "hybrid_bn", float(np.mean(base))),
+          _run(tmp_path, "vi_equal_compute", 0, "hybrid_bn", float(np.mean(base)))]
+  for run, values in zip(runs, (base + gain, base)):   # the equal-compute run kept none
+    np.save(os.path.join(os.path.dirname(run.path), resnet_claims.LOG_PREDICTIVE_FILENAME),
+            values.astype(np.float32))
+  evidence = _claims(runs)["refined VI above VI"].evidence
+  assert "+0.010, refined_vi higher on 1 of 1 seeds (paired over its 1,000 test images: " \
+         "+0.0100 ± 0.0003)" in evidence
+  assert "paired over" not in _claims(runs)["refined VI above VI with equal compute"].evidence
+  two_seeds = runs[:2] + [_run(tmp_path, "refined_vi", 1, "hybrid_bn", -0.4),
+                          _run(tmp_path, "vi", 1, "hybrid_bn", -0.41)]
+  assert "paired over" not in _claims(two_seeds)["refined VI above VI"].evidence
 
 
 def test_elbo_aux_must_rise_at_every_stage_not_only_end_above_the_start(tmp_path):
