@@ -34,7 +34,10 @@ def digits_of(mean: float, metric: str, paper: bool = False) -> int:
 
 
 def mean_std_text(mean, std, metric: str, paper: bool = False) -> str:
-  """"mean ± std" at the mean's precision (the std alone for one seed is missing: mean only)."""
+  """"mean ± std" at the mean's precision (the std alone for one seed is missing: mean only); "–"
+  when the runs did not record the metric."""
+  if tables.missing(mean):
+    return "–"
   scale, unit = (100, " %") if metric == "test_accuracy" else (1, "")
   digits = digits_of(mean, metric, paper)
   text = minus_sign(f"{scale * mean:,.{digits}f}")

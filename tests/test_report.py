@@ -216,6 +216,24 @@ def test_table3_evidence_rows_and_figure5_with_its_settings_and_verdict(results,
       first_evidence)
 
 
+def test_a_run_without_a_metric_gets_a_dash_in_its_cell(results, tmp_path):
+  """A run whose results.json lacks a table's metric (a hand-made or re-evaluated run without
+  test accuracy): its cell is "–", beside the paper's value where there is one, and the rest of
+  the report is written. The bug: the report stopped with a TypeError formatting None."""
+  write_results(str(results / "resnet" / "fashion_mnist" / "hybrid_bn" / "vi" / "seed_0"),
+                benchmark="resnet", dataset="fashion_mnist", method="vi", seed=0,
+                flags={"variational": "hybrid", "batchnorm": True},
+                metrics={"test_mll": -0.45, "elbo": -9e5}, timings={"total_seconds": 600.0})
+  _image(results, "mnf", {"test_mll": -0.03})
+  for output_format in ("markdown", "latex"):
+    text = open(report.write_report(str(results), str(tmp_path / output_format),
+                                    output_format=output_format)).read()
+    table3 = text.split("## Table 3")[1].split("## Figure 5")[0]
+    assert "| fashion_mnist hybrid_bn | not run | not run | −0.450 | – | " in table3
+    table2 = text.split("## Table 2")[1].split("## Table 3")[0]
+    assert "−0.0300<br>(paper " in table2 and "| –<br>(paper 99." in table2
+
+
 def test_latex_format_writes_both_tables_through_the_command_line(results, tmp_path):
   output = tmp_path / "report"
   completed = _run(f"--results_dir={results}", f"--output_dir={output}", "--format=latex")
