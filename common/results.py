@@ -22,6 +22,10 @@ from importlib import metadata
 from typing import Any, Iterator, Mapping, Optional
 
 RESULTS_FILENAME = "results.json"
+# Beside an image run's results.json: each test example's log predictive probability of its label
+# (float32, in the test set's order), whose mean is test_mll; written by
+# runner.image_classification, paired image by image by report.resnet_claims.
+TEST_LOG_PREDICTIVE_FILENAME = "test_log_predictive.npy"
 _PACKAGES = ("tensorflow", "tf-keras", "tensorflow-probability", "edward2", "numpy", "scipy",
              "pandas", "matplotlib", "absl-py")
 

@@ -23,11 +23,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from common.results import TEST_LOG_PREDICTIVE_FILENAME
 from report.claims import Claim, SeedDifference, difference_text, seed_difference, signed
 
 STAGES_FILENAME = "stage_elbo_aux.csv"   # common.refinement_figures.TRACE_STAGES_FILENAME
-# Each test image's log predictive, beside results.json (runner.image_classification's).
-LOG_PREDICTIVE_FILENAME = "test_log_predictive.npy"
 VARIANT_PAIRS = (("hybrid_bn", "full_bn"), ("hybrid", "full"))
 # Below this MLL difference the paper's table has refined VI and the ensemble level.
 PAPER_LEVEL = 0.01
@@ -54,7 +53,7 @@ def per_image_difference(first_results: str, second_results: str) -> Optional[tu
   test images, paired image by image, from the test_log_predictive.npy beside each results.json;
   None unless both runs kept it for the same number of images. On one seed it says whether an
   MLL difference stands out of the test set's sampling noise (not of training's seed noise)."""
-  paths = [os.path.join(os.path.dirname(results), LOG_PREDICTIVE_FILENAME)
+  paths = [os.path.join(os.path.dirname(results), TEST_LOG_PREDICTIVE_FILENAME)
            for results in (first_results, second_results)]
   if not all(os.path.exists(path) for path in paths):
     return None

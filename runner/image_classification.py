@@ -24,12 +24,8 @@ from runner.image_config import ImageClassificationConfig
 from runner.refinement_figures import write_refinement_trace
 from common import images
 from common.distribution import writes_run_files
-from common.results import atomic_output, check_finite
+from common.results import TEST_LOG_PREDICTIVE_FILENAME, atomic_output, check_finite
 from common.seeding import seed_everything
-
-# Beside results.json: each test example's log predictive probability of its label (float32, in
-# the test set's order), whose mean is test_mll.
-TEST_LOG_PREDICTIVE_FILENAME = "test_log_predictive.npy"
 
 
 def subset(x: np.ndarray, y: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

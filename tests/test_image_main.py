@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from common import images
-from runner import image_classification
+from common.results import TEST_LOG_PREDICTIVE_FILENAME
 from runner import refinement_figures as figures
 from runner.config import MEAN_FIELD, REFINED
 from image import main as image_main
@@ -121,7 +121,7 @@ def test_each_test_examples_log_predictive_is_kept_in_the_test_sets_order(method
   per_example = {}
   for method in ("vi", "deep_ensemble"):
     metrics, _ = method_runs(method)
-    values = np.load(method_runs.root / method / image_classification.TEST_LOG_PREDICTIVE_FILENAME)
+    values = np.load(method_runs.root / method / TEST_LOG_PREDICTIVE_FILENAME)
     assert values.dtype == np.float32 and values.shape == (300,) and np.all(values <= 0)
     assert float(np.mean(values, dtype=np.float64)) == pytest.approx(metrics["test_mll"], rel=1e-6)
     per_example[method] = values

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from common.results import TEST_LOG_PREDICTIVE_FILENAME
 from report import resnet_claims, resnet_table
 from report.results_loader import LoadedRun
 
@@ -64,7 +65,7 @@ def test_a_one_seed_difference_gets_its_standard_error_paired_over_test_images(t
           _run(tmp_path, "vi", 0, "hybrid_bn", float(np.mean(base))),
           _run(tmp_path, "vi_equal_compute", 0, "hybrid_bn", float(np.mean(base)))]
   for run, values in zip(runs, (base + gain, base)):   # the equal-compute run kept none
-    np.save(os.path.join(os.path.dirname(run.path), resnet_claims.LOG_PREDICTIVE_FILENAME),
+    np.save(os.path.join(os.path.dirname(run.path), TEST_LOG_PREDICTIVE_FILENAME),
             values.astype(np.float32))
   evidence = _claims(runs)["refined VI above VI"].evidence
   assert "+0.010, refined_vi higher on 1 of 1 seeds (paired over its 1,000 test images: " \
