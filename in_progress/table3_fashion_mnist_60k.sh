@@ -29,4 +29,9 @@ stage hybrid_bn refined_vi 0
 stage hybrid_bn vi_equal_compute 0
 stage full_bn refined_vi 0
 stage full_bn vi_equal_compute 0
+# A second seed of hybrid_bn (the seed's noise in the paired gain) before the ensemble; its vi
+# run evaluates the VI checkpoint its refined_vi run trained.
+stage hybrid_bn refined_vi 1
+stage hybrid_bn vi 1
+stage hybrid_bn vi_equal_compute 1
 stage hybrid_bn deep_ensemble 0
