@@ -14,6 +14,7 @@ from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util  # shape inference of shape tensors
+from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph  # loops, branches
 
 from auxiliary_sampling.batch_shards import global_rows, local_rows, shard_count
 
@@ -69,14 +70,27 @@ class DrawRequest(NamedTuple):
     return _SAMPLERS[self.kind]([steps, *self.shape], seed, self.dtype)
 
 
-class _DrawRecorder:
-  """Notes every draw request and answers it with zeros (a trace that is never run)."""
+def _part_of(graph: tf.Graph, step_graph: tf.Graph) -> bool:
+  """Whether ops built in `graph` belong to `step_graph`: it is that graph, or a loop body or
+  branch inside it (not a graph of its own that Keras builds within it)."""
+  while graph is not step_graph:
+    if not isinstance(graph, ControlFlowFuncGraph):
+      return False
+    graph = graph.outer_graph
+  return True
 
-  def __init__(self):
+
+class _DrawRecorder:
+  """Notes the draw requests made in `graph` (anywhere if None) and answers every request with
+  zeros (a trace that is never run)."""
+
+  def __init__(self, graph: Optional[tf.Graph] = None):
+    self.graph = graph
     self.requests: list[DrawRequest] = []
 
   def take(self, request: DrawRequest) -> tf.Tensor:
-    self.requests.append(request)
+    if self.graph is None or _part_of(tf.compat.v1.get_default_graph(), self.graph):
+      self.requests.append(request)
     return tf.zeros(request.shape, request.dtype)
 
 
@@ -118,9 +132,12 @@ def _static_shape(shape: tf.Tensor) -> tuple[int, ...]:
 
 
 @contextlib.contextmanager
-def recorded_draws() -> Iterator[list[DrawRequest]]:
-  """Inside the block, layers' draws are noted (in order) and answered with zeros."""
-  recorder = _DrawRecorder()
+def recorded_draws(graph: Optional[tf.Graph] = None) -> Iterator[list[DrawRequest]]:
+  """Inside the block, layers' draws are noted (in order) and answered with zeros. With `graph`,
+  only the draws that are part of it are noted: the first time a graph calls a Keras Sequential
+  with a new input shape, Keras calls every layer once more, in a scratch graph of its own inside
+  that one, to infer the network's shapes; those calls draw too, but are no part of the step."""
+  recorder = _DrawRecorder(graph)
   token = _draw_plan.set(recorder)
   try:
     yield recorder.requests

@@ -20,7 +20,6 @@ per-step trace. What a step computes is the caller's:
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
@@ -222,28 +221,22 @@ class TrainingLoop(tf.Module):
   def _record_step_plan(self) -> None:
     """Traces one step's forward pass (never runs it; the update draws nothing else) to note the
     draws its layers make and its outputs' shapes; each replica traces its own, and all make the
-    same requests.
-
-    The first time a graph calls a Keras Sequential with a new input shape, Keras builds its
-    graph network by calling every layer once more in a scratch graph, and those calls draw
-    too (a per_batch refinement whose members had only been called eagerly recorded every draw
-    twice). So the forward pass is traced twice and only the second trace is recorded."""
+    same requests. Only the draws made in the trace's graph are noted: not those of the layer
+    calls Keras makes in a scratch graph of its own (`recorded_draws`)."""
     recorded = []
 
-    def forward_pass(indices, transform_seed, record: bool):
+    def forward_pass(indices, transform_seed):
       with self._on_replica(indices, transform_seed) as batch:
-        with recorded_draws() if record else contextlib.nullcontext([]) as requests:
+        with recorded_draws(tf.compat.v1.get_default_graph()) as requests:
           likelihood_term, kl = self.objective.terms(batch)
-      if record:
-        recorded.append((requests, (likelihood_term - kl).shape, kl.shape))
+      recorded.append((requests, (likelihood_term - kl).shape, kl.shape))
 
-    def trace(record: bool):
+    def trace():
       transform_seed = None if self.input_transform is None else tf.zeros([2], tf.int64)
-      self.strategy.run(functools.partial(forward_pass, record=record),
+      self.strategy.run(forward_pass,
                         args=(tf.zeros(self.batches.batch_shape, tf.int64), transform_seed))
 
-    for record in (False, True):
-      graph_function(functools.partial(trace, record)).get_concrete_function()
+    graph_function(trace).get_concrete_function()
     self.step_plan = recorded[0]
 
   def _chunk_length(self) -> int:
