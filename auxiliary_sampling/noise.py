@@ -14,7 +14,8 @@ from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util  # shape inference of shape tensors
-from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph  # loops, branches
+# The graphs of loop bodies and branches.
+from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph
 
 from auxiliary_sampling.batch_shards import global_rows, local_rows, shard_count
 
