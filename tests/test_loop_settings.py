@@ -74,7 +74,8 @@ def test_a_model_first_traced_by_the_step_plan_records_each_draw_once(num_member
   graph by the step plan's trace; Keras then also calls its layers in a scratch graph to infer
   its shape. With per_batch noise those calls drew too, and the plan held every draw twice: the
   first step stopped ("used 4 of 8 recorded draws", a per_batch refinement prepared before its
-  ELBO estimate). Planted: recording the first trace fails here."""
+  ELBO estimate). Planted: the plan recorded without its graph (`recorded_draws()`), or with the
+  scratch graph counted as part of the step's (it is built inside it), fails here."""
   loop = _loop(LoopSettings(noise_chunk_steps=10), num_members)
   loop.objective.weight_noise = "per_batch"
   trace = loop.maximize(12, 1e-2)
