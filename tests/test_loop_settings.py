@@ -43,27 +43,43 @@ def _loop(settings: LoopSettings, num_members=None, one_example=False) -> Traini
 
 
 @pytest.fixture(scope="module")
-def plain():
+def chunked():
+  """A function returning the module's loop drawn ahead in chunks of 50 as a fresh one starts:
+  every variable its steps change (weights, noise streams, Adam's moments, the batch counter)
+  set back to its initial value. The loop is traced once for every test that needs these
+  settings, not once per test (each trace of its steps costs seconds)."""
+  loop = _loop(LoopSettings(noise_chunk_steps=50))
+  initial = [variable.numpy() for variable in loop.variables]
+
+  def fresh() -> TrainingLoop:
+    for variable, value in zip(loop.variables, initial):
+      variable.assign(value)
+    return loop
+  return fresh
+
+
+@pytest.fixture(scope="module")
+def plain(chunked):
   """The ELBO trace of 130 steps in one call, drawn ahead in chunks of 50, from a fresh loop."""
-  return _loop(LoopSettings(noise_chunk_steps=50)).maximize(130, 1e-2)
+  return chunked().maximize(130, 1e-2)
 
 
-def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call(plain):
+def test_xla_chunks_equal_plain_chunks_and_calls_split_at_chunks_equal_one_call(plain, chunked):
   """XLA runs the plain chunk's steps on the same numbers (to round-off), including a partial
   last chunk; and 100 + 30 steps in two calls equal 130 in one when the split is at a chunk
   boundary, which is what makes a checkpointed run resume to the uninterrupted result."""
   xla = _loop(LoopSettings(jit_compile=True, noise_chunk_steps=50)).maximize(130, 1e-2)
   np.testing.assert_allclose(xla, plain, rtol=1e-4)
-  split = _loop(LoopSettings(noise_chunk_steps=50))
+  split = chunked()
   np.testing.assert_array_equal(np.concatenate([split.maximize(100, 1e-2),
                                                 split.maximize(30, 1e-2)]), plain)
 
 
-def test_a_run_of_no_steps_draws_nothing_and_the_next_chunk_is_drawn_as_before(plain):
+def test_a_run_of_no_steps_draws_nothing_and_the_next_chunk_is_drawn_as_before(plain, chunked):
   """Each chunk's numbers are drawn while the chunk before it runs. Catches a draw made past the
   last chunk, or for a run of 0 steps (the bandit's refinement before its first observation):
   either moves the streams, and the next run would see other numbers than a fresh one."""
-  after_nothing = _loop(LoopSettings(noise_chunk_steps=50))
+  after_nothing = chunked()
   after_nothing.maximize(0, 1e-2)
   np.testing.assert_array_equal(after_nothing.maximize(130, 1e-2), plain)
 
