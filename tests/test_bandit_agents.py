@@ -76,8 +76,36 @@ def test_vi_ts_averages_distinct_posterior_draws(mushrooms):
   np.testing.assert_array_less(variances[4] / variances[1], 0.45)
 
 
+# Enough seeds for the untrained agents' eat fraction (one decision per seed).
+UNTRAINED_SEEDS = tuple(range(24))
+
+
+@pytest.fixture(scope="module")
+def scale_agents():
+  """Per agent name, its two agents of `_scale_agents`, built once for the two tests below."""
+  return {}
+
+
+def _scale_agents(built: dict, agent_name: str, mushrooms) -> dict:
+  """`agent_name`'s agents with --noise_scale=0.5 and learned, over UNTRAINED_SEEDS, each with
+  whether it ate each seed's mushroom in its first decision, made as it was built (before the
+  fixed-scale test trains it: the untrained test reads only these first decisions). The two tests
+  share them: each agent built traces its decide and observe, most of either test's time."""
+  if agent_name not in built:
+    contexts = tf.constant(mushrooms.contexts[:len(UNTRAINED_SEEDS)])
+    built[agent_name] = {}
+    for noise_scale in ("0.5", "learned"):
+      config = BanditConfig(**dict(TINY, seeds=UNTRAINED_SEEDS, noise_scale=noise_scale,
+                                   update_steps=20, learning_rate=1e-2, epsilons=(0.0,)))
+      agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+      eaten = agent.choose(contexts, tf.constant(0, tf.int64)).numpy()[:, 0] == mushroom.EAT
+      built[agent_name][noise_scale] = (agent, eaten)
+  return built[agent_name]
+
+
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
-def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agent_name):
+def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(scale_agents, mushrooms,
+                                                                 agent_name):
   """Catches --noise_scale accepted but the scale still trained (it would drift from 0.5 after the
   updates) or not used by the likelihood (the model's predicted scale would not be 0.5), and
   refinement's copies using another scale than the updates.
@@ -86,15 +114,14 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
   discards each refined sample), a copy whose prior is not conditioned on a1 (its remaining
   fraction), and a copy that refinement's steps do not move (planted: no steps; its variances
   stay q(w | a1)'s)."""
-  contexts = tf.constant(mushrooms.contexts[:2])
+  contexts = tf.constant(mushrooms.contexts[:len(UNTRAINED_SEEDS)])
+  rewards = tf.constant(np.resize([5.0, -35.0], [len(UNTRAINED_SEEDS), 1]), tf.float32)
   final = {}
-  for noise_scale in ("0.5", "learned"):
-    config = BanditConfig(**dict(TINY, noise_scale=noise_scale, update_steps=20,
-                                 learning_rate=1e-2, epsilons=(0.0,)))
-    agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
+  for noise_scale, (agent, _) in _scale_agents(scale_agents, agent_name, mushrooms).items():
+    config = agent.config
     for step in range(3):
       actions = agent.choose(contexts, tf.constant(step, tf.int64))
-      agent.observe(contexts, actions, tf.constant([[5.0], [-35.0]]))
+      agent.observe(contexts, actions, rewards)
     before = [variable.numpy() for variable in agent.model.trainable_variables]
     agent.choose(contexts, tf.constant(3, tf.int64))
     final[noise_scale] = agent.model.noise.noise_scale.numpy()
@@ -125,18 +152,17 @@ def test_a_fixed_noise_scale_stays_fixed_and_a_learned_one_moves(mushrooms, agen
 
 
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy"])
-def test_untrained_agents_try_both_actions_without_forced_pulls(mushrooms, agent_name):
+def test_untrained_agents_try_both_actions_without_forced_pulls(scale_agents, mushrooms,
+                                                                agent_name):
   """No agent pulls each action a fixed number of times first (the benchmark's BBB agent does;
   the paper describes no such phase): an untrained network's predicted rewards of the two actions
   differ at random, so before any data each agent eats some mushrooms and passes others, and
   Thompson sampling then explores from the posterior. Catches a tie-break or initialisation that
-  makes untrained agents always pass (no eat data would ever be collected but by epsilon)."""
-  seeds = tuple(range(24))
-  config = BanditConfig(**dict(TINY, seeds=seeds, epsilons=(0.0,), noise_scale="1"))
-  agent = make_agent(agent_name, config, mushroom.NUM_FEATURES)
-  contexts = tf.constant(mushrooms.contexts[:len(seeds)])
-  eaten = agent.choose(contexts, tf.constant(0, tf.int64)).numpy()[:, 0] == mushroom.EAT
-  assert 0.2 < eaten.mean() < 0.8, eaten.mean()
+  makes untrained agents always pass (no eat data would ever be collected but by epsilon). (The
+  first decisions of the fixed-scale test's agents, with a fixed and a learned noise scale: the
+  scale plays no part in a decision before any data.)"""
+  for noise_scale, (_, eaten) in _scale_agents(scale_agents, agent_name, mushrooms).items():
+    assert 0.2 < eaten.mean() < 0.8, (noise_scale, eaten.mean())
 
 
 @pytest.mark.parametrize("agent_name", ["refined_ts", "vi_ts", "eps_greedy", "svgd_ts"])
