@@ -2,8 +2,6 @@
 on are refined on the history, vi_ts averages distinct posterior draws, the reward likelihood's
 scale is fixed or learned as asked, untrained agents explore both actions, and a diverged model
 stops the run."""
-import json
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -202,27 +200,6 @@ def test_a_bad_noise_scale_is_one_usage_line(refusals, flags, message):
   lines = completed.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
   assert not output_dir.exists()
-
-
-def test_results_record_the_noise_model_and_the_learned_scales(tmp_path, data_dir_for):
-  """Catches results.json without the final learned scale per seed (the diagnosis of a failed run
-  starts from it), or with one where the scale was fixed. (The fixed-scale run's one agent is
-  enough: the scales are recorded, or not, for the run as a whole.)"""
-  for noise_scale, agents in (("learned", ("vi_ts", "eps_greedy")), ("2", ("eps_greedy",))):
-    out = tmp_path / noise_scale
-    config = BanditConfig(**dict(TINY, agents=agents, noise_scale=noise_scale,
-                                 horizon=4, data_dir=data_dir_for("mushroom")))
-    bandit_main.train_and_evaluate(config, str(out))
-    recorded = json.loads((out / "results.json").read_text())
-    assert recorded["flags"]["noise_scale"] == noise_scale
-    scales = recorded["metrics"].get("final_noise_scale_per_seed")
-    if noise_scale == "2":
-      assert scales is None
-      continue
-    assert sorted(scales) == ["eps_greedy_0", "eps_greedy_1", "vi_ts"]
-    assert all(len(values) == 2 and all(v > 0 for v in values) for values in scales.values())
-    record = RegretRecord.load(str(out / "regret_vi_ts.npz"))
-    assert record.predicted_gap.shape == (2, 1, 4) and np.all(np.isfinite(record.predicted_gap))
 
 
 def test_quarter_diagnostics_give_eat_rates_and_gaps_by_class():

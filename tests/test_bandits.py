@@ -226,9 +226,29 @@ def test_epsilon_one_explores_uniformly_and_zero_never(mushrooms):
   assert 0.4 < np.mean(chosen[:, :, 1]) < 0.6
 
 
-def test_binary_writes_figure_table_and_results(tmp_path, data_dir_for):
+@pytest.fixture(scope="module")
+def paper_agents_run(tmp_path_factory, data_dir_for):
+  """The binary's run of the paper's three agents at TINY's settings (the noise scale learned):
+  (its metrics, its output folder). Two tests read it; nothing writes to it after the run."""
+  output_dir = tmp_path_factory.mktemp("paper_agents")
   config = BanditConfig(**TINY, data_dir=data_dir_for("mushroom"))
-  metrics = bandit_main.train_and_evaluate(config, str(tmp_path))
+  return bandit_main.train_and_evaluate(config, str(output_dir)), output_dir
+
+
+@pytest.fixture(scope="module")
+def stream_horizon_run(tmp_path_factory, data_dir_for):
+  """The binary's run of eps_greedy (exploring at every step) for 40 steps of the stream drawn
+  for 120, with the noise scale fixed at 2: (its config, its output folder). Two tests read it."""
+  output_dir = tmp_path_factory.mktemp("stream_horizon")
+  config = BanditConfig(**dict(TINY, agents=("eps_greedy",), epsilons=(1.0,), horizon=40,
+                               stream_horizon=120, noise_scale="2",
+                               data_dir=data_dir_for("mushroom")))
+  bandit_main.train_and_evaluate(config, str(output_dir))
+  return config, output_dir
+
+
+def test_binary_writes_figure_table_and_results(paper_agents_run):
+  metrics, tmp_path = paper_agents_run
   recorded = json.loads((tmp_path / "results.json").read_text())
   lines = ["refined_ts", "vi_ts", "eps_greedy_0", "eps_greedy_1"]
   assert sorted(recorded["metrics"]["cumulative_regret"]) == sorted(lines)
@@ -244,18 +264,36 @@ def test_binary_writes_figure_table_and_results(tmp_path, data_dir_for):
   assert "| refined_ts |" in (tmp_path / "figure5_cumulative_regret.md").read_text()
 
 
-def test_the_binary_meets_the_stream_drawn_for_stream_horizon(tmp_path, mushrooms, data_dir_for):
+def test_the_binary_meets_the_stream_drawn_for_stream_horizon(stream_horizon_run, mushrooms):
   """Catches --stream_horizon accepted but not passed to the stream: the 40 steps would meet
   their own luck, not that of the 120-step stream (some 20 poisonous mushrooms eaten, each with
-  even odds of other luck)."""
-  config = BanditConfig(**dict(TINY, agents=("eps_greedy",), epsilons=(1.0,), horizon=40,
-                               stream_horizon=120, data_dir=data_dir_for("mushroom")))
-  bandit_main.train_and_evaluate(config, str(tmp_path))
+  even odds of other luck). (The noise scale, fixed for test_results_record_the_noise_model_and_
+  the_learned_scales, plays no part: the agent explores at every step.)"""
+  config, tmp_path = stream_horizon_run
   record = RegretRecord.load(str(tmp_path / "regret_eps_greedy.npz"))
   stream = mushroom.EnvironmentStream.draw(np.array(config.seeds), 120, len(mushrooms.edible))
   edible = mushrooms.edible[stream.rows[:, None, :40]]
   np.testing.assert_array_equal(
       record.rewards, mushroom.rewards(edible, stream.unlucky[:, None, :40], record.actions))
+
+
+def test_results_record_the_noise_model_and_the_learned_scales(paper_agents_run,
+                                                               stream_horizon_run):
+  """Catches results.json without the final learned scale per seed (the diagnosis of a failed run
+  starts from it), or with one where the scale was fixed. (The two runs above: the scales are
+  recorded, or not, for the run as a whole; one agent is enough for the fixed scale.)"""
+  for noise_scale, (_, out) in (("learned", paper_agents_run), ("2", stream_horizon_run)):
+    recorded = json.loads((out / "results.json").read_text())
+    assert recorded["flags"]["noise_scale"] == noise_scale
+    scales = recorded["metrics"].get("final_noise_scale_per_seed")
+    if noise_scale == "2":
+      assert scales is None
+      continue
+    assert sorted(scales) == ["eps_greedy_0", "eps_greedy_1", "refined_ts", "vi_ts"]
+    assert all(len(values) == 2 and all(v > 0 for v in values) for values in scales.values())
+    for agent in ("refined_ts", "vi_ts"):
+      record = RegretRecord.load(str(out / f"regret_{agent}.npz"))
+      assert record.predicted_gap.shape == (2, 1, 12) and np.all(np.isfinite(record.predicted_gap))
 
 
 def _bandit_run_dir(path, seeds, refine_steps=500, agent="refined_ts"):
