@@ -113,11 +113,16 @@ def test_a_loop_reporting_progress_gives_the_same_numbers_bit_for_bit(chunk):
   """Reporting after every piece (an interval of 0 s: 23 steps in calls of one step, or of one
   4-step chunk and a partial last one) leaves the trace, the KL trace and every variable as one
   call leaves them. Catches pieces that draw other numbers than one call (planted: pieces of one
-  step under 4-step chunks, each drawing a whole chunk for one step; fails)."""
+  step under 4-step chunks, each drawing a whole chunk for one step; fails). Both runs start
+  from the same fresh state: one loop, every variable its steps change set back to its initial
+  value before each (one trace of the loop, not two)."""
+  loop = _loop(LoopSettings(noise_chunk_steps=chunk))
+  initial = [variable.numpy() for variable in loop.variables]
   results = []
   for progress in (None, lambda done, trace: reported.append(done)):
     reported = []
-    loop = _loop(LoopSettings(noise_chunk_steps=chunk))
+    for variable, value in zip(loop.variables, initial):
+      variable.assign(value)
     trace, kl_trace = loop.maximize(23, 1e-2, return_kl=True, progress=progress,
                                     progress_seconds=0.0)
     results.append([trace, kl_trace, *(v.numpy() for v in loop.objective.model.variables)])
