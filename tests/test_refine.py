@@ -182,24 +182,24 @@ def fresh_refinement(toy_fit):
     ("per_example", LoopSettings(noise_chunk_steps=10))])
 def test_vectorised_refinement_equals_its_members_refined_apart(toy_fit, fresh_refinement,
                                                                weight_noise, loop):
-  """3 members refined together equal the same members refined in separate calls of the same
-  run (`member_offset`, `total_members`): members 0-1 as a run of 2, member 2 alone. Catches
+  """3 members refined together equal the same members refined in a separate call of the same
+  run (`member_offset`, `total_members`): members 1-2 as a run of 2, which neither starts at 0
+  nor computes all 3 (one call, one traced loop: two calls, 0-1 and 2, traced two). Catches
   member rows of any stream (weight noise, auxiliary draws, batches) that depend on how many
-  members a call computes or where they start. Also with the noise drawn ahead in chunks (15
-  steps per stage: a partial chunk; XLA runs the same chunks, tests/test_loop_settings.py):
-  catches chunk draws whose member rows depend on the number of members computed."""
+  members a call computes or where they start (planted: the window's offset ignored; fails).
+  Also with the noise drawn ahead in chunks (15 steps per stage: a partial chunk; XLA runs the
+  same chunks, tests/test_loop_settings.py): catches chunk draws whose member rows depend on
+  the number of members computed (planted: chunk draws of num_members rows; fails)."""
   x, y, trained = toy_fit
   together = fresh_refinement(loop, weight_noise)
-  settings = dict(FRESH, weight_noise=weight_noise, loop_settings=loop, total_members=3)
-  for offset, count in ((0, 2), (2, 1)):
-    apart = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=count,
-                   member_offset=offset, **settings)
-    members = slice(offset, offset + count)
-    assert apart.elbo_aux == pytest.approx(together.elbo_aux[members], rel=1e-4)
-    assert apart.log_ratios == pytest.approx(together.log_ratios[:, members], rel=1e-4)
-    assert apart.trace == pytest.approx(together.trace[:, members], rel=1e-4)
-    for a, b in zip(apart.model.trainable_variables, together.model.trainable_variables):
-      assert a.numpy() == pytest.approx(b.numpy()[members], rel=1e-4, abs=1e-6)
+  apart = refine(_mlp, trained, x, y, _gaussian_log_likelihood, num_samples=2, member_offset=1,
+                 total_members=3, weight_noise=weight_noise, loop_settings=loop, **FRESH)
+  members = slice(1, 3)
+  assert apart.elbo_aux == pytest.approx(together.elbo_aux[members], rel=1e-4)
+  assert apart.log_ratios == pytest.approx(together.log_ratios[:, members], rel=1e-4)
+  assert apart.trace == pytest.approx(together.trace[:, members], rel=1e-4)
+  for a, b in zip(apart.model.trainable_variables, together.model.trainable_variables):
+    assert a.numpy() == pytest.approx(b.numpy()[members], rel=1e-4, abs=1e-6)
   # Different members really are different samples.
   assert not np.allclose(together.model.layers[0].kernel.posterior_loc[0],
                          together.model.layers[0].kernel.posterior_loc[1])
