@@ -543,26 +543,27 @@ def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(toy_fi
   """A refiner built on a batch source alone refines, in a compiled function, to exactly the
   members Algorithm 1 written out step by step gives (copy the model; per stage draw a_k for
   every parameter and condition on it, reset Adam, T steps at the stage's rate: what the bandit
-  did by hand), from the same seeds; a second call draws other samples (nothing reseeded); and
-  refine() on it is refused in one line. Catches conditioning with other fractions, rates other
-  than the stages', Adam not reset per auxiliary variable (planted: the reset removed; fails),
-  and a call that reseeds. (refine() itself differs: its ELBO estimates draw weight noise.)"""
+  did by hand, here on the same refiner reseeded), from the same seeds; a second call draws
+  other samples (nothing reseeded); and refine() on it is refused in one line. Catches
+  conditioning with other fractions, rates other than the stages', Adam not reset per auxiliary
+  variable (planted: the reset removed; fails), and a call that reseeds (planted: a reseed at the
+  call's start; fails). (refine() itself differs: its ELBO estimates draw weight noise.)"""
   x, y, trained = toy_fit
   schedule = AuxiliarySchedule.geometric(0.7, 2)
   rates = schedule.learning_rates("paper")
-  refiners = []
-  for _ in range(2):
-    refiners.append(Refiner(_mlp, None, None, _gaussian_log_likelihood, num_samples=3,
-                            loop_settings=loop, batches=UniformBatches(x, y, 32)))
-    refiners[-1].reseed(*stream_seeds(3))
-  in_graph, by_hand = refiners
+  # The by-hand run reuses the refiner (its members, streams and loop), reseeded as before the
+  # compiled call: a second refiner would build and trace its loop again.
+  in_graph = by_hand = Refiner(_mlp, None, None, _gaussian_log_likelihood, num_samples=3,
+                               loop_settings=loop, batches=UniformBatches(x, y, 32))
+  in_graph.reseed(*stream_seeds(3))
 
   @graph_function
   def refined_weights():
     members = in_graph.refine_in_graph(trained, schedule=schedule, steps_per_auxiliary=15,
                                        learning_rates=rates)
     return [tf.identity(v) for v in members.trainable_variables]
-  first = refined_weights()
+  first = [v.numpy() for v in refined_weights()]
+  by_hand.reseed(*stream_seeds(3))
   load_trained_state(trained, by_hand.members)
   for stage, (fraction, rate) in enumerate(zip(schedule.variance_fractions, rates), 1):
     for parameter in mean_field_parameters(by_hand.members):
@@ -571,8 +572,9 @@ def test_refine_in_graph_is_algorithm_1_spelled_out_and_its_streams_go_on(toy_fi
     by_hand.loop.update.reset()
     by_hand.loop.run(tf.constant(15), tf.constant(rate), tf.constant(0.0))
   for a, b in zip(first, by_hand.members.trainable_variables):
-    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(a, b.numpy())
+  # The streams now stand where the compiled call left them: a call that reseeds repeats `first`.
   second = refined_weights()
-  assert not np.array_equal(first[0].numpy(), second[0].numpy())
+  assert not np.array_equal(first[0], second[0].numpy())
   with pytest.raises(ValueError, match="refine_in_graph"):
     in_graph.refine(trained, schedule=schedule, steps_per_auxiliary=15)
