@@ -320,16 +320,23 @@ def staircase():
 
 
 def test_trace_rises_like_a_staircase_on_average(staircase):
-  x, y, trained, result = (staircase[key] for key in ("x", "y", "trained", "plain"))
+  result = staircase["plain"]
   assert result.trace.shape == (600, 8)
   assert np.all(np.isfinite(result.trace))
   assert result.elbo_aux_estimate > result.initial_elbo_estimate
   assert result.timings["refine_seconds"] > 0
-  # One weight draw per member and step: a different gradient estimator of the same objective, which
-  # also raises ELBO_aux; the refined model, called afterwards, still draws noise per example.
-  per_batch = refine(_mlp, trained, x, y, _gaussian_log_likelihood, weight_noise="per_batch",
-                     num_samples=8, batch_size=64, **STAIRCASE)
-  assert not np.allclose(per_batch.trace, result.trace)
+
+
+def test_per_batch_weight_noise_also_raises_elbo_aux(toy_fit, fresh_refinement):
+  """One weight draw per member and step: a different gradient estimator of the same objective
+  (its trace differs from per-example noise's at the same seeds), which also raises ELBO_aux (by
+  about 5 nats here, over 0.16 of spread between members); the refined model, called afterwards,
+  still draws noise per example. The shared fresh refinements (the vectorised test's) serve: a
+  refinement of its own traced one more loop (calling the model moves only its noise counters,
+  which no test reads)."""
+  x, _, _ = toy_fit
+  per_batch = fresh_refinement(LoopSettings(), "per_batch")
+  assert not np.allclose(per_batch.trace, fresh_refinement(LoopSettings()).trace)
   assert per_batch.elbo_aux_estimate > per_batch.initial_elbo_estimate
   outputs = per_batch.model(np.repeat(x[:1], 4, axis=0)).numpy()
   assert not np.allclose(outputs[:, :1], outputs)
