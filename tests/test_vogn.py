@@ -273,27 +273,8 @@ def _noisy_regression_network():
       HomoscedasticNoise(initial_scale=1.0)])
 
 
-def test_every_mean_and_scale_moves_and_the_noise_scale_learns():
-  """VOGN drives the posterior of every mean-field parameter (a parameter left out of `locs`
-  would keep its initial mean) and Adam the noise scale; the ELBO rises."""
-  seed_everything(2)
-  inputs, labels = _linear_regression_data(num_examples=256)
-  model = _noisy_regression_network()
-  trainer = VognTrainer(model, inputs, labels, gaussian_head_log_likelihood,
-                        learning_rate=0.01, batch_size=64)
-  model(inputs[:1])
-  before = [v.numpy().copy() for p in mean_field_parameters(model)
-            for v in (p.posterior_loc, p.untransformed_posterior_scale)]
-  result = trainer.train(600)
-  after = [v.numpy() for p in mean_field_parameters(model)
-           for v in (p.posterior_loc, p.untransformed_posterior_scale)]
-  for old, new in zip(before, after):
-    assert np.all(old != new)
-  assert model.layers[-1].noise_scale.numpy()[0] < 0.9   # from 1.0 towards the data's 0.5
-  assert np.mean(result.trace[-50:]) > np.mean(result.trace[:50]) + 100
-
-
-def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
+def _vogn_trainer(settings: LoopSettings, mc_samples: int = 2):
+  """VOGN (seed 3) of `_noisy_regression_network` on 256 examples, built, not yet trained."""
   seed_everything(3)
   inputs, labels = _linear_regression_data(num_examples=256)
   model = _noisy_regression_network()
@@ -301,10 +282,40 @@ def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
                         batch_size=64, settings=VognSettings(mc_samples=mc_samples),
                         loop_settings=settings)
   model(inputs[:1])
-  return trainer.train(130).trace
+  return model, trainer
 
 
-def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla():
+def _vogn_trace(settings: LoopSettings, mc_samples: int = 2) -> np.ndarray:
+  return _vogn_trainer(settings, mc_samples)[1].train(130).trace
+
+
+def _posterior_values(model) -> list[np.ndarray]:
+  return [v.numpy().copy() for p in mean_field_parameters(model)
+          for v in (p.posterior_loc, p.untransformed_posterior_scale)]
+
+
+@pytest.fixture(scope="module")
+def run_drawing_inside():
+  """600 steps of `_vogn_trainer` drawing its noise inside each step (the default loop), read by
+  two tests (one traced loop instead of two): the posterior's means and scales before and
+  after, the noise scale after, and the trace. Copies only: nothing trains it further."""
+  model, trainer = _vogn_trainer(LoopSettings())
+  before = _posterior_values(model)
+  trace = trainer.train(600).trace
+  return before, _posterior_values(model), float(model.layers[-1].noise_scale.numpy()[0]), trace
+
+
+def test_every_mean_and_scale_moves_and_the_noise_scale_learns(run_drawing_inside):
+  """VOGN drives the posterior of every mean-field parameter (a parameter left out of `locs`
+  would keep its initial mean) and Adam the noise scale; the ELBO rises."""
+  before, after, noise_scale, trace = run_drawing_inside
+  for old, new in zip(before, after):
+    assert np.all(old != new)
+  assert noise_scale < 0.9   # from 1.0 towards the data's 0.5
+  assert np.mean(trace[-50:]) > np.mean(trace[:50]) + 100
+
+
+def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla(run_drawing_inside):
   """VOGN steps take their weight draws (mc_samples per step) from chunks, plainly and under XLA
   on the same numbers, and still learn. Catches VOGN's step-plan recording calling another
   method of the same name as the loop's forward pass (a TypeError at the first chunk)."""
@@ -312,7 +323,8 @@ def test_vogn_runs_on_noise_drawn_ahead_and_compiled_with_xla():
   xla = _vogn_trace(LoopSettings(jit_compile=True, noise_chunk_steps=50))
   np.testing.assert_allclose(xla, plain, rtol=1e-4)
   assert np.mean(plain[-30:]) > np.mean(plain[:30]) + 100
-  assert not np.array_equal(plain, _vogn_trace(LoopSettings()))   # other numbers, same estimator
+  # Other numbers, same estimator: the same run drawing inside its steps (its first 130).
+  assert not np.array_equal(plain, run_drawing_inside[3][:130])
 
 
 @pytest.mark.parametrize("name, value", [("momentum", 1.0), ("curvature_decay", -0.1),
